@@ -1,0 +1,56 @@
+# pg_idem: built with PGXS. `make`, `make install`, `make installcheck`
+# (against a running server), `make unittest` (the C++ core, no server).
+
+EXTENSION = pg_idem
+EXTVERSION = 0.1
+
+MODULE_big = pg_idem
+CORE_OBJS = \
+	src/core/sha256.o \
+	src/core/record_key.o
+OBJS = $(CORE_OBJS) \
+	src/pg/module.o \
+	src/pg/records.o \
+	src/pg/try_insert.o \
+	src/pg/plan_cache.o \
+	src/pg/user_table.o \
+	src/pg/try_insert_row.o \
+	src/pg/versioned_update.o
+
+# One SQL source; the versioned install script is generated from it.
+DATA_built = $(EXTENSION)--$(EXTVERSION).sql
+
+REGRESS = records_table try_insert try_insert_row versioned_update
+REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
+ISOLATION = try_insert_race try_insert_row_race versioned_update_race
+ISOLATION_OPTS = --inputdir=test/isolation --load-extension=$(EXTENSION)
+
+PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
+IDEM_CXXFLAGS = -std=c++17 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
+# PostgreSQL 15 headers use `register`, which C++17 removed.
+PG_IDEM_HEADER_FLAGS = -Wno-register
+PG_CPPFLAGS = -Isrc
+PG_CXXFLAGS = $(IDEM_CXXFLAGS) $(PG_IDEM_HEADER_FLAGS)
+SHLIB_LINK = -lstdc++
+
+PGXS := $(shell $(PG_CONFIG) --pgxs)
+include $(PGXS)
+
+# The JIT bitcode copy of each file must be compiled like the object code.
+override BITCODE_CXXFLAGS += -std=c++17 -Wall -Werror -Wno-unused-parameter $(PG_IDEM_HEADER_FLAGS)
+
+$(EXTENSION)--$(EXTVERSION).sql: src/$(EXTENSION).sql
+	cp $< $@
+
+# Unit tests of the pure C++ core (GoogleTest); no PostgreSQL involved.
+UNIT_TESTS = $(wildcard test/unit/*_test.cpp)
+CORE_SRCS = $(CORE_OBJS:.o=.cpp)
+test/unit/run_unit_tests: $(UNIT_TESTS) $(CORE_SRCS) $(wildcard src/core/*.hpp)
+	$(CXX) $(IDEM_CXXFLAGS) -O1 -g -Isrc $(UNIT_SANITIZE) -o $@ $(UNIT_TESTS) $(CORE_SRCS) \
+		-lgtest -lgtest_main -pthread
+
+.PHONY: unittest
+unittest: test/unit/run_unit_tests
+	test/unit/run_unit_tests
+
+EXTRA_CLEAN = test/unit/run_unit_tests $(EXTENSION)--$(EXTVERSION).sql

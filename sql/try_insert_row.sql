@@ -1,0 +1,132 @@
+-- idem_try_insert_row: the unique-constraint pattern on the caller's table.
+
+CREATE TABLE points_log (
+    order_id  bigint PRIMARY KEY,
+    user_id   int NOT NULL,
+    points    int NOT NULL CHECK (points > 0),
+    note      varchar(10),
+    payload   jsonb,
+    logged_at timestamptz NOT NULL DEFAULT '2026-01-01 00:00:00+00'
+);
+CREATE TABLE users (id int PRIMARY KEY, points int NOT NULL DEFAULT 0);
+INSERT INTO users VALUES (1, 0), (2, 0);
+
+-- New, then duplicate; omitted columns take their defaults.
+SELECT idem_try_insert_row('points_log', '{"order_id": 1, "user_id": 1, "points": 5}') AS first,
+       idem_try_insert_row('points_log', '{"order_id": 1, "user_id": 1, "points": 5}') AS again;
+SELECT * FROM points_log;
+
+-- In one statement with the business write.
+WITH d AS (SELECT idem_try_insert_row('points_log',
+                  '{"order_id": 2, "user_id": 2, "points": 7}') AS first)
+UPDATE users SET points = points + 7 FROM d WHERE d.first AND id = 2;
+WITH d AS (SELECT idem_try_insert_row('points_log',
+                  '{"order_id": 2, "user_id": 2, "points": 7}') AS first)
+UPDATE users SET points = points + 7 FROM d WHERE d.first AND id = 2;
+SELECT * FROM users ORDER BY id;
+
+-- Values are converted to the column types; JSON columns take JSON.
+SELECT idem_try_insert_row('points_log', '{"order_id": "3", "user_id": 1.0e0, "points": 1,
+       "note": "short", "payload": {"a": [1, 2]}, "logged_at": "2026-06-01 12:00+00"}');
+SELECT idem_try_insert_row('points_log', '{"order_id": 4, "user_id": 1, "points": 1,
+       "note": null, "payload": "just a string"}');
+SELECT order_id, user_id, note, payload, logged_at FROM points_log WHERE order_id IN (3, 4)
+ORDER BY order_id;
+
+-- A conflict on any unique index counts, not only the primary key.
+CREATE TABLE emails (id serial PRIMARY KEY, message_id text UNIQUE, body text);
+SELECT idem_try_insert_row('emails', '{"message_id": "m-1", "body": "hello"}') AS first,
+       idem_try_insert_row('emails', '{"message_id": "m-1", "body": "hello"}') AS again;
+SELECT message_id, body FROM emails;
+
+-- A rolled-back insert frees the key.
+BEGIN;
+SELECT idem_try_insert_row('points_log', '{"order_id": 5, "user_id": 1, "points": 1}');
+ROLLBACK;
+SELECT idem_try_insert_row('points_log', '{"order_id": 5, "user_id": 1, "points": 1}')
+    AS after_rollback;
+
+-- Plans survive ALTER TABLE: a new column, a changed type, a dropped column.
+SELECT idem_try_insert_row('points_log', '{"order_id": 6, "user_id": 1, "points": 1}');
+ALTER TABLE points_log ADD COLUMN source text DEFAULT 'kafka';
+SELECT idem_try_insert_row('points_log', '{"order_id": 7, "user_id": 1, "points": 1}');
+ALTER TABLE points_log ALTER COLUMN user_id TYPE text;
+SELECT idem_try_insert_row('points_log', '{"order_id": 8, "user_id": "u-1", "points": 1}');
+ALTER TABLE points_log DROP COLUMN note;
+SELECT idem_try_insert_row('points_log', '{"order_id": 9, "note": "x", "user_id": 1, "points": 1}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT order_id, user_id, source FROM points_log WHERE order_id >= 6 ORDER BY order_id;
+
+-- Triggers fire and row-level security applies, as for a plain INSERT.
+CREATE TABLE audit (order_id bigint);
+CREATE FUNCTION audit_insert() RETURNS trigger LANGUAGE plpgsql AS
+$$ BEGIN INSERT INTO audit VALUES (NEW.order_id); RETURN NEW; END $$;
+CREATE TRIGGER points_log_audit AFTER INSERT ON points_log
+    FOR EACH ROW EXECUTE FUNCTION audit_insert();
+SELECT idem_try_insert_row('points_log', '{"order_id": 10, "user_id": "1", "points": 1}'),
+       idem_try_insert_row('points_log', '{"order_id": 10, "user_id": "1", "points": 1}');
+SELECT * FROM audit;
+
+CREATE ROLE regress_idem_writer;
+CREATE TABLE tenant_log (order_id int PRIMARY KEY, tenant text NOT NULL);
+GRANT SELECT, INSERT ON tenant_log TO regress_idem_writer;
+ALTER TABLE tenant_log ENABLE ROW LEVEL SECURITY;
+CREATE POLICY own_tenant ON tenant_log USING (tenant = 'a') WITH CHECK (tenant = 'a');
+SET ROLE regress_idem_writer;
+SELECT idem_try_insert_row('tenant_log', '{"order_id": 1, "tenant": "a"}') AS allowed;
+SELECT idem_try_insert_row('tenant_log', '{"order_id": 2, "tenant": "b"}') AS forbidden;
+\echo :LAST_ERROR_SQLSTATE
+-- No privilege on the table: 42501.
+SELECT idem_try_insert_row('points_log', '{"order_id": 11, "user_id": "1", "points": 1}');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT * FROM tenant_log;
+
+-- Bad input: a clear error, and nothing written.
+SELECT idem_try_insert_row(NULL, '{"order_id": 12}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_try_insert_row('points_log', NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_try_insert_row('points_log', '[1, 2]');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_try_insert_row('points_log', '42');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_try_insert_row('no_such_table', '{"order_id": 12}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_try_insert_row(999999999::oid::regclass, '{"order_id": 12}');
+\echo :LAST_ERROR_SQLSTATE
+CREATE VIEW points_view AS SELECT * FROM points_log;
+SELECT idem_try_insert_row('points_view', '{"order_id": 12}');
+\echo :LAST_ERROR_SQLSTATE
+CREATE SEQUENCE some_seq;
+SELECT idem_try_insert_row('some_seq', '{"order_id": 12}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_try_insert_row('points_log', '{"order_id": 12, "no_such_column": 1}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_try_insert_row('points_log', '{"order_id": 12, "ctid": "(0,1)"}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_try_insert_row('points_log', '{"order_id": "twelve", "user_id": "1", "points": 1}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_try_insert_row('points_log', '{"order_id": 12, "user_id": "1", "points": [1]}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_try_insert_row('points_log', '{"order_id": 12, "user_id": "1", "points": 0}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_try_insert_row('points_log', '{"order_id": 12, "user_id": null, "points": 1}');
+\echo :LAST_ERROR_SQLSTATE
+-- Identifiers are quoted, never spliced into SQL.
+SELECT idem_try_insert_row('points_log',
+       '{"order_id) VALUES (1); DROP TABLE users; --": 1}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS users_still_there FROM users;
+SELECT count(*) AS rows_from_bad_calls FROM points_log WHERE order_id = 12;
+
+-- A table whose name and columns need quoting.
+CREATE TABLE "Odd Table" ("Order Id" int PRIMARY KEY, "select" text);
+SELECT idem_try_insert_row('"Odd Table"', '{"Order Id": 1, "select": "x"}'),
+       idem_try_insert_row('"Odd Table"', '{"Order Id": 1, "select": "y"}');
+SELECT * FROM "Odd Table";
+
+DROP TABLE "Odd Table", tenant_log, audit, emails, points_log, users CASCADE;
+DROP FUNCTION audit_insert();
+DROP SEQUENCE some_seq;
+DROP ROLE regress_idem_writer;

@@ -1,0 +1,340 @@
+// The managed dedup table and the one way a key is claimed in it.
+//
+// Claiming (records_try_insert) loops over three steps until one decides:
+//
+//   1. Probe the primary key (key_digest) directly, below SQL, with an MVCC
+//      snapshot: the latest one in READ COMMITTED, the transaction's in
+//      REPEATABLE READ and SERIALIZABLE. A live record means "duplicate" at
+//      the cost of one index lookup, with no write and no transaction id.
+//   2. No record: INSERT ... ON CONFLICT (key_digest) DO NOTHING. If a
+//      concurrent transaction holds the same key uncommitted, PostgreSQL's
+//      speculative insertion waits for it; if it committed, nothing is
+//      inserted and the loop probes again (and now sees it); if it rolled
+//      back, our row goes in.
+//   3. An expired record (past expires_at and not in progress) counts as
+//      absent: UPDATE it back to life WHERE it is still expired. The row lock
+//      orders concurrent takeovers; in READ COMMITTED the loser's WHERE is
+//      rechecked against the winner's row and matches nothing.
+//
+// So the function never raises unique_violation and needs no subtransaction.
+// In REPEATABLE READ and SERIALIZABLE, step 2 and 3 raise serialization
+// failures (40001) exactly where INSERT ... ON CONFLICT DO NOTHING would.
+//
+// Every statement text is schema-qualified and uses OPERATOR(pg_catalog.x):
+// these run as the table owner (the functions are SECURITY DEFINER), so the
+// caller's search_path must not be able to change what they mean.
+extern "C" {
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/xact.h"
+#include "catalog/indexing.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_enum_d.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_type_d.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "lib/stringinfo.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/syscache.h"
+}
+
+#include "core/record_key.hpp"
+#include "pg/plan_cache.hpp"
+#include "pg/records.hpp"
+
+#include <cstring>
+
+namespace idem {
+
+namespace {
+
+// Column numbers of idem_records, in the order src/pg_idem.sql creates them.
+enum RecordColumn : AttrNumber {
+	col_key_digest = 1,
+	col_scope = 2,
+	col_key = 3,
+	col_status = 4,
+	col_expires_at = 7,
+};
+
+// Where the table is in this database, found once and forgotten when the
+// table's relcache entry is invalidated (DROP EXTENSION, say).
+struct Location {
+	bool valid;
+	Oid schema;
+	Oid relid;
+	Oid pkey;
+	Oid status_in_progress; // pg_enum oid of 'in_progress'
+	const char *qualified_table; // in TopMemoryContext
+};
+
+Location location;
+
+// The schema of an extension (PostgreSQL 15 keeps its own version static).
+Oid extension_schema(Oid ext)
+{
+	Relation rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyData skey;
+	ScanKeyInit(&skey, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+		    ObjectIdGetDatum(ext));
+	SysScanDesc scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &skey);
+	HeapTuple tuple = systable_getnext(scan);
+	Oid schema = HeapTupleIsValid(tuple)
+			 ? reinterpret_cast<Form_pg_extension>(GETSTRUCT(tuple))->extnamespace
+			 : InvalidOid;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return schema;
+}
+
+void forget_location(Datum, Oid relid)
+{
+	if (relid == InvalidOid || relid == location.relid)
+		location.valid = false;
+}
+
+const Location &locate()
+{
+	if (location.valid)
+		return location;
+
+	Oid ext = get_extension_oid("pg_idem", true);
+	if (!OidIsValid(ext))
+		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			errmsg("extension \"pg_idem\" is not installed in this database"),
+			errhint("Run CREATE EXTENSION pg_idem."));
+	Oid schema = extension_schema(ext);
+	Oid relid = get_relname_relid("idem_records", schema);
+	Oid pkey = get_relname_relid("idem_records_pkey", schema);
+	Oid status_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+					  CStringGetDatum("idem_status"), ObjectIdGetDatum(schema));
+	if (!OidIsValid(relid) || !OidIsValid(pkey) || !OidIsValid(status_type))
+		ereport(ERROR, errcode(ERRCODE_UNDEFINED_TABLE),
+			errmsg("pg_idem's table idem_records is missing"),
+			errhint("Recreate the extension: DROP EXTENSION pg_idem; CREATE EXTENSION "
+				"pg_idem."));
+
+	Oid in_progress = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
+					  ObjectIdGetDatum(status_type), CStringGetDatum("in_progress"));
+
+	const char *qualified =
+	    quote_qualified_identifier(get_namespace_name(schema), "idem_records");
+	if (location.qualified_table != NULL)
+		pfree(const_cast<char *>(location.qualified_table));
+	location.qualified_table = MemoryContextStrdup(TopMemoryContext, qualified);
+	location.schema = schema;
+	location.relid = relid;
+	location.pkey = pkey;
+	location.status_in_progress = in_progress;
+	location.valid = true;
+	return location;
+}
+
+bool same_text(Datum stored, const text *given)
+{
+	text *s = DatumGetTextPP(stored);
+	size_t len = VARSIZE_ANY_EXHDR(s);
+	return len == VARSIZE_ANY_EXHDR(given) &&
+	       memcmp(VARDATA_ANY(s), VARDATA_ANY(given), len) == 0;
+}
+
+enum class Found { absent, live, expired };
+
+// Looks the digest up under `snapshot`. A digest match with another scope or
+// key is a SHA-256 prefix collision: an error, never a false duplicate.
+Found probe(const Location &loc, const RecordRef &ref, TimestampTz now, Snapshot snapshot)
+{
+	Relation rel = table_open(loc.relid, AccessShareLock);
+	ScanKeyData skey;
+	ScanKeyInit(&skey, col_key_digest, BTEqualStrategyNumber, F_BYTEAEQ,
+		    PointerGetDatum(ref.digest));
+	SysScanDesc scan = systable_beginscan(rel, loc.pkey, true, snapshot, 1, &skey);
+
+	Found found = Found::absent;
+	HeapTuple tuple = systable_getnext(scan);
+	if (HeapTupleIsValid(tuple)) {
+		TupleDesc desc = RelationGetDescr(rel);
+		bool isnull;
+		Datum scope = heap_getattr(tuple, col_scope, desc, &isnull);
+		Datum key = heap_getattr(tuple, col_key, desc, &isnull);
+		if (!same_text(scope, ref.scope) || !same_text(key, ref.key))
+			ereport(ERROR, errcode(ERRCODE_INTERNAL_ERROR),
+				errmsg("pg_idem key digest collision"),
+				errdetail("Scope \"%s\" and another (scope, key) share a digest.",
+					  text_to_cstring(ref.scope)),
+				errhint("Report this: it is a SHA-256 prefix collision."));
+		Oid status = DatumGetObjectId(heap_getattr(tuple, col_status, desc, &isnull));
+		TimestampTz expires_at =
+		    DatumGetTimestampTz(heap_getattr(tuple, col_expires_at, desc, &isnull));
+		bool expired = expires_at <= now && status != loc.status_in_progress;
+		found = expired ? Found::expired : Found::live;
+	}
+	systable_endscan(scan);
+	table_close(rel, NoLock);
+	return found;
+}
+
+// The snapshot a probe must use to answer as INSERT ... ON CONFLICT would.
+Snapshot probe_snapshot()
+{
+	Snapshot snap = RegisterSnapshot(IsolationUsesXactSnapshot() ? GetTransactionSnapshot()
+								     : GetLatestSnapshot());
+	// See our own earlier claims in this transaction, as a new command would.
+	snap->curcid = GetCurrentCommandId(false);
+	return snap;
+}
+
+Statement *insert_statement(const Location &loc)
+{
+	static const char signature[] = "records:insert";
+	Statement *st = statement_lookup(signature, sizeof signature, loc.relid);
+	if (statement_ready(st))
+		return st;
+	StringInfoData sql;
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+			 "INSERT INTO %s (key_digest, scope, key, status, attempts, recorded_at, "
+			 "expires_at) VALUES ($1, $2, $3, 'completed', 1, $4, $5) "
+			 "ON CONFLICT (key_digest) DO NOTHING",
+			 loc.qualified_table);
+	Oid types[] = {BYTEAOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	statement_prepare(st, sql.data, 5, types);
+	return st;
+}
+
+Statement *takeover_statement(const Location &loc)
+{
+	static const char signature[] = "records:takeover";
+	Statement *st = statement_lookup(signature, sizeof signature, loc.relid);
+	if (statement_ready(st))
+		return st;
+	StringInfoData sql;
+	initStringInfo(&sql);
+	appendStringInfo(&sql,
+			 "UPDATE %s SET status = 'completed', attempts = 1, recorded_at = $2, "
+			 "expires_at = $3, lease_expires_at = NULL, holder_pid = NULL, "
+			 "fingerprint = NULL, result = NULL, last_error = NULL "
+			 "WHERE key_digest OPERATOR(pg_catalog.=) $1 "
+			 "AND expires_at OPERATOR(pg_catalog.<=) $2 "
+			 "AND status OPERATOR(pg_catalog.<>) 'in_progress'",
+			 loc.qualified_table);
+	Oid types[] = {BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	statement_prepare(st, sql.data, 3, types);
+	return st;
+}
+
+uint64 run(Statement *st, Datum *values)
+{
+	int rc = SPI_execute_plan(st->plan, values, NULL, false, 0);
+	if (rc != SPI_OK_INSERT && rc != SPI_OK_UPDATE)
+		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
+	// Let the next probe of this transaction see what was just written.
+	CommandCounterIncrement();
+	return SPI_processed;
+}
+
+// A safety valve: each round needs a concurrent commit to lose, so this many
+// rounds in a row means something is wrong, not busy.
+constexpr int max_rounds = 1000;
+
+} // namespace
+
+RecordRef record_ref(const char *fn, text *scope, text *key)
+{
+	if (scope == NULL)
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			errmsg("%s: scope must not be null", fn));
+	if (key == NULL)
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			errmsg("%s: key must not be null", fn));
+	size_t scope_len = VARSIZE_ANY_EXHDR(scope);
+	size_t key_len = VARSIZE_ANY_EXHDR(key);
+	switch (check_record_key(scope_len, key_len)) {
+	case KeyCheck::ok:
+		break;
+	case KeyCheck::empty_scope:
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("%s: scope must not be empty", fn));
+		break;
+	case KeyCheck::scope_too_long:
+		ereport(ERROR, errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			errmsg("%s: scope is too long", fn),
+			errdetail("The scope has %zu bytes; the limit is %zu.", scope_len,
+				  max_scope_bytes));
+		break;
+	case KeyCheck::empty_key:
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("%s: key must not be empty", fn));
+		break;
+	case KeyCheck::key_too_long:
+		ereport(ERROR, errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			errmsg("%s: key is too long", fn),
+			errdetail("The key has %zu bytes; the limit is %zu.", key_len,
+				  max_key_bytes),
+			errhint("Derive a shorter key from the message, such as a digest of "
+				"its identifying fields."));
+		break;
+	}
+
+	bytea *digest = static_cast<bytea *>(palloc(VARHDRSZ + record_digest_size));
+	SET_VARSIZE(digest, VARHDRSZ + record_digest_size);
+	record_digest(VARDATA_ANY(scope), scope_len, VARDATA_ANY(key), key_len,
+		      reinterpret_cast<uint8_t *>(VARDATA(digest)));
+	return RecordRef{scope, key, digest};
+}
+
+bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at)
+{
+	const Location &loc = locate();
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pg_idem: SPI_connect failed");
+
+	bool claimed = false;
+	for (int round = 0;; round++) {
+		if (round == max_rounds)
+			elog(ERROR, "pg_idem: could not settle the state of a key after %d rounds",
+			     max_rounds);
+
+		Snapshot snapshot = probe_snapshot();
+		Found found = probe(loc, ref, now, snapshot);
+		UnregisterSnapshot(snapshot);
+
+		if (found == Found::live)
+			break;
+		if (found == Found::absent) {
+			Datum values[] = {PointerGetDatum(ref.digest), PointerGetDatum(ref.scope),
+					  PointerGetDatum(ref.key), TimestampTzGetDatum(now),
+					  TimestampTzGetDatum(expires_at)};
+			if (run(insert_statement(loc), values) == 1) {
+				claimed = true;
+				break;
+			}
+		} else {
+			Datum values[] = {PointerGetDatum(ref.digest), TimestampTzGetDatum(now),
+					  TimestampTzGetDatum(expires_at)};
+			if (run(takeover_statement(loc), values) == 1) {
+				claimed = true;
+				break;
+			}
+		}
+	}
+
+	SPI_finish();
+	return claimed;
+}
+
+void records_register_callbacks() { CacheRegisterRelcacheCallback(forget_location, 0); }
+
+} // namespace idem

@@ -1,0 +1,162 @@
+// See user_table.hpp. Everything here runs with the caller's privileges; the
+// statements built from it are executed by SPI as the caller, so the target's
+// permissions, row-level security and triggers apply as to a plain statement.
+extern "C" {
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type_d.h"
+#include "lib/stringinfo.h"
+#include "storage/lmgr.h"
+#include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/numeric.h"
+#include "utils/rel.h"
+}
+
+#include "pg/user_table.hpp"
+
+#include <cstring>
+
+namespace idem {
+
+void lock_target_table(const char *fn, Oid relid)
+{
+	LockRelationOid(relid, RowExclusiveLock);
+	char relkind = get_rel_relkind(relid);
+	if (relkind == '\0')
+		ereport(ERROR, errcode(ERRCODE_UNDEFINED_TABLE),
+			errmsg("%s: relation with OID %u does not exist", fn, relid));
+	if (relkind != RELKIND_RELATION && relkind != RELKIND_PARTITIONED_TABLE)
+		ereport(ERROR, errcode(ERRCODE_WRONG_OBJECT_TYPE),
+			errmsg("%s: \"%s\" is not a table", fn, get_rel_name(relid)),
+			errdetail("Only ordinary and partitioned tables can be targets."));
+}
+
+JsonFields json_object_fields(const char *fn, const char *argname, Jsonb *json)
+{
+	if (!JB_ROOT_IS_OBJECT(json))
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("%s: %s must be a JSON object", fn, argname),
+			errhint("Give an object whose keys are column names, such as "
+				"'{\"order_id\": 42}'."));
+
+	JsonFields fields;
+	int capacity = JB_ROOT_COUNT(json);
+	fields.count = 0;
+	fields.names = static_cast<const char **>(palloc(sizeof(char *) * (capacity + 1)));
+	fields.values = static_cast<JsonbValue *>(palloc(sizeof(JsonbValue) * (capacity + 1)));
+
+	JsonbIterator *it = JsonbIteratorInit(&json->root);
+	JsonbValue v;
+	JsonbIteratorToken token;
+	while ((token = JsonbIteratorNext(&it, &v, true)) != WJB_DONE) {
+		if (token == WJB_KEY) {
+			fields.names[fields.count] = pnstrdup(v.val.string.val, v.val.string.len);
+		} else if (token == WJB_VALUE) {
+			fields.values[fields.count] = v;
+			fields.count++;
+		}
+	}
+	return fields;
+}
+
+void describe_column(const char *fn, Relation rel, const char *name, TargetColumn *col,
+		     MemoryContext cxt)
+{
+	TupleDesc desc = RelationGetDescr(rel);
+	for (int i = 0; i < desc->natts; i++) {
+		Form_pg_attribute att = TupleDescAttr(desc, i);
+		if (att->attisdropped || strcmp(NameStr(att->attname), name) != 0)
+			continue;
+
+		Oid input_fn;
+		col->name = MemoryContextStrdup(cxt, name);
+		col->attnum = att->attnum;
+		col->type = att->atttypid;
+		col->typmod = att->atttypmod;
+		Oid base = getBaseType(att->atttypid);
+		col->is_json = base == JSONOID || base == JSONBOID;
+		getTypeInputInfo(att->atttypid, &input_fn, &col->ioparam);
+		fmgr_info_cxt(input_fn, &col->input, cxt);
+		return;
+	}
+	ereport(ERROR, errcode(ERRCODE_UNDEFINED_COLUMN),
+		errmsg("%s: column \"%s\" of relation \"%s\" does not exist", fn, name,
+		       RelationGetRelationName(rel)));
+}
+
+namespace {
+
+// The text a column's input function is given for a JSON value: JSON text
+// for json and jsonb columns, the plain scalar otherwise.
+char *json_value_text(const JsonbValue *value, bool as_json)
+{
+	if (!as_json) {
+		switch (value->type) {
+		case jbvString:
+			return pnstrdup(value->val.string.val, value->val.string.len);
+		case jbvNumeric:
+			// Without trailing zeros, so that 1.0 and 1e0 fit an integer
+			// column as 1 does.
+			return numeric_normalize(value->val.numeric);
+		case jbvBool:
+			return pstrdup(value->val.boolean ? "true" : "false");
+		default:
+			break; // arrays and objects: their JSON text
+		}
+	}
+	Jsonb *jb = JsonbValueToJsonb(const_cast<JsonbValue *>(value));
+	return JsonbToCString(NULL, &jb->root, VARSIZE(jb));
+}
+
+} // namespace
+
+Datum json_to_column(const char *fn, Oid relid, const TargetColumn *col, const JsonbValue *value,
+		     bool *isnull)
+{
+	// JSON null is SQL NULL; the input function still sees it, so that a
+	// domain's NOT NULL constraint is enforced.
+	char *text = value->type == jbvNull ? NULL : json_value_text(value, col->is_json);
+	*isnull = text == NULL;
+
+	MemoryContext cxt = CurrentMemoryContext;
+	Datum result = 0;
+	PG_TRY();
+	{
+		result = InputFunctionCall(const_cast<FmgrInfo *>(&col->input), text, col->ioparam,
+					   col->typmod);
+	}
+	PG_CATCH();
+	{
+		// Re-raise with the column named; the transaction aborts as before.
+		MemoryContextSwitchTo(cxt);
+		ErrorData *error = CopyErrorData();
+		FlushErrorState();
+		ereport(ERROR, errcode(error->sqlerrcode),
+			errmsg("%s: column \"%s\" of relation \"%s\": %s", fn, col->name,
+			       get_rel_name(relid), error->message),
+			error->detail ? errdetail_internal("%s", error->detail) : 0,
+			error->hint ? errhint("%s", error->hint) : 0);
+	}
+	PG_END_TRY();
+	return result;
+}
+
+void append_signature(StringInfo sig, const char *tag, Oid relid, const JsonFields &fields)
+{
+	appendStringInfo(sig, "%s:%u", tag, relid);
+	for (int i = 0; i < fields.count; i++) {
+		appendStringInfoChar(sig, '\0');
+		appendStringInfoString(sig, fields.names[i]);
+	}
+	appendStringInfoChar(sig, '\0');
+}
+
+char *qualified_table_name(Relation rel)
+{
+	return quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+					  RelationGetRelationName(rel));
+}
+
+} // namespace idem

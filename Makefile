@@ -37,7 +37,7 @@ PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
 
 # The JIT bitcode copy of each file must be compiled like the object code.
-override BITCODE_CXXFLAGS += -std=c++17 -Wall -Werror -Wno-unused-parameter $(PG_IDEM_HEADER_FLAGS)
+override BITCODE_CXXFLAGS += $(IDEM_CXXFLAGS) $(PG_IDEM_HEADER_FLAGS)
 
 $(EXTENSION)--$(EXTVERSION).sql: src/$(EXTENSION).sql
 	cp $< $@

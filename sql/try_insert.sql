@@ -87,6 +87,10 @@ SELECT idem_try_insert('bad', 'k', '0 seconds');
 \echo :LAST_ERROR_SQLSTATE
 SELECT idem_try_insert('bad', 'k', interval '1 day' - interval '2 days');
 \echo :LAST_ERROR_SQLSTATE
+BEGIN READ ONLY;
+SELECT idem_try_insert('bad', 'read-only');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
 SELECT count(*) AS written_by_bad_calls FROM idem_records WHERE scope = 'bad';
 
 DROP TABLE users;

@@ -6,11 +6,12 @@
 //      snapshot: the latest one in READ COMMITTED, the transaction's in
 //      REPEATABLE READ and SERIALIZABLE. A live record means "duplicate" at
 //      the cost of one index lookup, with no write and no transaction id.
-//   2. No record: INSERT ... ON CONFLICT (key_digest) DO NOTHING. If a
-//      concurrent transaction holds the same key uncommitted, PostgreSQL's
-//      speculative insertion waits for it; if it committed, nothing is
-//      inserted and the loop probes again (and now sees it); if it rolled
-//      back, our row goes in.
+//   2. No record: what INSERT ... ON CONFLICT (key_digest) DO NOTHING does,
+//      built from the executor's own pieces (insert_record): a pre-check
+//      that waits for a concurrent uncommitted holder of the key, then a
+//      speculative insertion. If the holder committed, nothing is inserted
+//      and the loop probes again (and now sees it); if it rolled back, our
+//      row goes in.
 //   3. An expired record (past expires_at and not in progress) counts as
 //      absent: UPDATE it back to life WHERE it is still expired. The row lock
 //      orders concurrent takeovers; in READ COMMITTED the loser's WHERE is
@@ -30,6 +31,7 @@ extern "C" {
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
@@ -37,8 +39,11 @@ extern "C" {
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type_d.h"
 #include "commands/extension.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/inval.h"
@@ -65,6 +70,8 @@ enum RecordColumn : AttrNumber {
 	col_scope = 2,
 	col_key = 3,
 	col_status = 4,
+	col_attempts = 5,
+	col_recorded_at = 6,
 	col_expires_at = 7,
 };
 
@@ -75,7 +82,8 @@ struct Location {
 	Oid schema;
 	Oid relid;
 	Oid pkey;
-	Oid status_in_progress; // pg_enum oid of 'in_progress'
+	Oid status_in_progress; // pg_enum oids of 'in_progress' and 'completed'
+	Oid status_completed;
 	const char *qualified_table; // in TopMemoryContext
 };
 
@@ -127,6 +135,8 @@ const Location &locate()
 
 	Oid in_progress = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
 					  ObjectIdGetDatum(status_type), CStringGetDatum("in_progress"));
+	Oid completed = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
+					ObjectIdGetDatum(status_type), CStringGetDatum("completed"));
 
 	const char *qualified =
 	    quote_qualified_identifier(get_namespace_name(schema), "idem_records");
@@ -137,6 +147,7 @@ const Location &locate()
 	location.relid = relid;
 	location.pkey = pkey;
 	location.status_in_progress = in_progress;
+	location.status_completed = completed;
 	location.valid = true;
 	return location;
 }
@@ -195,22 +206,93 @@ Snapshot probe_snapshot()
 	return snap;
 }
 
-Statement *insert_statement(const Location &loc)
+// In REPEATABLE READ and SERIALIZABLE, a conflicting record our snapshot
+// cannot see is a serialization failure, as in ON CONFLICT DO NOTHING
+// (nodeModifyTable.c, ExecCheckTIDVisible).
+void check_conflict_visible(Relation rel, ItemPointer tid, TupleTableSlot *slot)
 {
-	static const char signature[] = "records:insert";
-	Statement *st = statement_lookup(signature, sizeof signature, loc.relid);
-	if (statement_ready(st))
-		return st;
-	StringInfoData sql;
-	initStringInfo(&sql);
-	appendStringInfo(&sql,
-			 "INSERT INTO %s (key_digest, scope, key, status, attempts, recorded_at, "
-			 "expires_at) VALUES ($1, $2, $3, 'completed', 1, $4, $5) "
-			 "ON CONFLICT (key_digest) DO NOTHING",
-			 loc.qualified_table);
-	Oid types[] = {BYTEAOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	statement_prepare(st, sql.data, 5, types);
-	return st;
+	if (!IsolationUsesXactSnapshot())
+		return;
+	if (!table_tuple_fetch_row_version(rel, tid, SnapshotAny, slot))
+		elog(ERROR, "pg_idem: failed to fetch conflicting record");
+	bool isnull;
+	TransactionId xmin =
+	    DatumGetTransactionId(slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull));
+	if (!table_tuple_satisfies_snapshot(rel, slot, GetTransactionSnapshot()) &&
+	    !TransactionIdIsCurrentTransactionId(xmin))
+		ereport(ERROR, errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+			errmsg("could not serialize access due to concurrent update"));
+	ExecClearTuple(slot);
+}
+
+// INSERT ... ON CONFLICT (key_digest) DO NOTHING, done with the executor's
+// own building blocks instead of a planned statement: the same pre-check,
+// speculative insertion token and re-check as ExecInsert uses, minus the
+// parse, plan and executor start-up that dominate a one-row insert. Returns
+// whether the record was inserted; false means a committed (or our own)
+// record holds the key.
+bool insert_record(const Location &loc, const RecordRef &ref, TimestampTz now,
+		   TimestampTz expires_at)
+{
+	Relation rel = table_open(loc.relid, RowExclusiveLock);
+	EState *estate = CreateExecutorState();
+	ResultRelInfo *rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(rri, rel, 1, NULL, 0);
+	ExecOpenIndices(rri, true);
+	List *arbiters = list_make1_oid(loc.pkey);
+
+	TupleTableSlot *slot = table_slot_create(rel, &estate->es_tupleTable);
+	ExecClearTuple(slot);
+	int natts = RelationGetDescr(rel)->natts;
+	for (int i = 0; i < natts; i++) {
+		slot->tts_values[i] = 0;
+		slot->tts_isnull[i] = true;
+	}
+	auto set = [slot](RecordColumn col, Datum value) {
+		slot->tts_values[col - 1] = value;
+		slot->tts_isnull[col - 1] = false;
+	};
+	set(col_key_digest, PointerGetDatum(ref.digest));
+	set(col_scope, PointerGetDatum(ref.scope));
+	set(col_key, PointerGetDatum(ref.key));
+	set(col_status, ObjectIdGetDatum(loc.status_completed));
+	set(col_attempts, Int32GetDatum(1));
+	set(col_recorded_at, TimestampTzGetDatum(now));
+	set(col_expires_at, TimestampTzGetDatum(expires_at));
+	ExecStoreVirtualTuple(slot);
+
+	bool inserted;
+	for (;;) {
+		CHECK_FOR_INTERRUPTS();
+		ItemPointerData conflict;
+		if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict, arbiters)) {
+			check_conflict_visible(rel, &conflict,
+					       table_slot_create(rel, &estate->es_tupleTable));
+			inserted = false;
+			break;
+		}
+		TransactionId xid = GetCurrentTransactionId();
+		uint32 token = SpeculativeInsertionLockAcquire(xid);
+		table_tuple_insert_speculative(rel, slot, GetCurrentCommandId(true), 0, NULL, token);
+		bool spec_conflict = false;
+		list_free(ExecInsertIndexTuples(rri, slot, estate, false, true, &spec_conflict,
+						arbiters));
+		table_tuple_complete_speculative(rel, slot, token, !spec_conflict);
+		SpeculativeInsertionLockRelease(xid);
+		if (!spec_conflict) {
+			inserted = true;
+			break;
+		}
+		// Lost a race after the pre-check: check again, which now waits.
+	}
+
+	ExecCloseIndices(rri);
+	ExecResetTupleTable(estate->es_tupleTable, false);
+	FreeExecutorState(estate);
+	table_close(rel, NoLock);
+	// Let the next probe of this transaction see what was just written.
+	CommandCounterIncrement();
+	return inserted;
 }
 
 Statement *takeover_statement(const Location &loc)
@@ -237,11 +319,25 @@ Statement *takeover_statement(const Location &loc)
 uint64 run(Statement *st, Datum *values)
 {
 	int rc = SPI_execute_plan(st->plan, values, NULL, false, 0);
-	if (rc != SPI_OK_INSERT && rc != SPI_OK_UPDATE)
+	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
 	// Let the next probe of this transaction see what was just written.
 	CommandCounterIncrement();
 	return SPI_processed;
+}
+
+// Brings an expired record back to life for this claim; false if it was no
+// longer expired (or no longer there) by the time we held its row lock.
+bool take_over_expired(const Location &loc, const RecordRef &ref, TimestampTz now,
+		       TimestampTz expires_at)
+{
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pg_idem: SPI_connect failed");
+	Datum values[] = {PointerGetDatum(ref.digest), TimestampTzGetDatum(now),
+			  TimestampTzGetDatum(expires_at)};
+	bool taken = run(takeover_statement(loc), values) == 1;
+	SPI_finish();
+	return taken;
 }
 
 // A safety valve: each round needs a concurrent commit to lose, so this many
@@ -298,10 +394,6 @@ bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expir
 {
 	const Location &loc = locate();
 
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "pg_idem: SPI_connect failed");
-
-	bool claimed = false;
 	for (int round = 0;; round++) {
 		if (round == max_rounds)
 			elog(ERROR, "pg_idem: could not settle the state of a key after %d rounds",
@@ -312,27 +404,14 @@ bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expir
 		UnregisterSnapshot(snapshot);
 
 		if (found == Found::live)
-			break;
+			return false;
 		if (found == Found::absent) {
-			Datum values[] = {PointerGetDatum(ref.digest), PointerGetDatum(ref.scope),
-					  PointerGetDatum(ref.key), TimestampTzGetDatum(now),
-					  TimestampTzGetDatum(expires_at)};
-			if (run(insert_statement(loc), values) == 1) {
-				claimed = true;
-				break;
-			}
-		} else {
-			Datum values[] = {PointerGetDatum(ref.digest), TimestampTzGetDatum(now),
-					  TimestampTzGetDatum(expires_at)};
-			if (run(takeover_statement(loc), values) == 1) {
-				claimed = true;
-				break;
-			}
+			if (insert_record(loc, ref, now, expires_at))
+				return true;
+		} else if (take_over_expired(loc, ref, now, expires_at)) {
+			return true;
 		}
 	}
-
-	SPI_finish();
-	return claimed;
 }
 
 void records_register_callbacks() { CacheRegisterRelcacheCallback(forget_location, 0); }

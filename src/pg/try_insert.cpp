@@ -6,6 +6,7 @@ extern "C" {
 
 #include "access/xact.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 }
@@ -40,6 +41,10 @@ IDEM_SQL_FUNCTION(idem_try_insert)
 	static const char fn[] = "idem_try_insert";
 	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 					       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
+	// The record is written below SQL, so the checks a plain INSERT gets
+	// from the executor are made here.
+	PreventCommandIfReadOnly(fn);
+	PreventCommandDuringRecovery(fn);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz expires_at = record_expiry(fn, now, PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2));
 	PG_RETURN_BOOL(idem::records_try_insert(ref, now, expires_at));

@@ -1,10 +1,13 @@
 -- The message stream: 16,000 distinct orders for 1,000 users, plus 4,000
--- redeliveries (20% of the 20,000 messages) of randomly chosen orders. A
--- redelivery arrives 1 to 40 messages after its original, so with
--- round-robin consumers it usually reaches another consumer, often while
--- the original is still being processed. Fixed seed: every run is the same.
+-- redeliveries (20% of the 20,000 messages) of randomly chosen orders.
+-- Most redeliveries arrive 1 to 40 messages after their original (a quarter
+-- of them within 3). The first 100 are the broker's acknowledgement
+-- timeouts: their order is slow to process (10 ms) and is redelivered at
+-- once, the very next message, so another consumer gets it while the first
+-- is still working on it.
+-- Fixed seed: every run generates the same stream.
 
-SELECT setseed(0.42);
+SELECT setseed(0.42) \gset
 
 CREATE TEMP TABLE orders AS
 SELECT n,
@@ -16,15 +19,17 @@ FROM generate_series(1, 16000) n;
 CREATE TEMP TABLE redeliveries AS
 SELECT r,
        1 + floor(random() * 16000)::int   AS n,     -- which order
-       1 + floor(random() * 40)::int      AS gap    -- how many messages later
+       CASE WHEN r <= 100 THEN 1                    -- how many messages later
+            ELSE 1 + floor(random() ^ 2 * 40)::int END AS gap
 FROM generate_series(1, 4000) r;
 
-INSERT INTO messages (seq, order_id, user_id, points, redelivery)
-SELECT row_number() OVER (ORDER BY pos, r), order_id, user_id, points, redelivery
-FROM (SELECT o.n::numeric AS pos, 0 AS r, o.order_id, o.user_id, o.points, false AS redelivery
+INSERT INTO messages (seq, order_id, user_id, points, redelivery, slow)
+SELECT row_number() OVER (ORDER BY pos, r), order_id, user_id, points, redelivery,
+       n IN (SELECT n FROM redeliveries WHERE r <= 100)
+FROM (SELECT o.n::numeric AS pos, 0 AS r, o.n, o.order_id, o.user_id, o.points, false AS redelivery
       FROM orders o
       UNION ALL
-      SELECT o.n + d.gap - 0.5, d.r, o.order_id, o.user_id, o.points, true
+      SELECT o.n + d.gap - 0.5, d.r, o.n, o.order_id, o.user_id, o.points, true
       FROM redeliveries d JOIN orders o USING (n)) s;
 
 -- For the versioned pattern the producer numbers each user's orders

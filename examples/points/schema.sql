@@ -28,6 +28,7 @@ CREATE TABLE messages (
     user_id     int NOT NULL REFERENCES users,
     points      int NOT NULL,
     redelivery  boolean NOT NULL,
+    slow        boolean NOT NULL,        -- its work takes 10 ms (simulated)
     version     bigint,                  -- k: the k-th distinct order of this user
     new_balance int                      -- the user's balance after order k
 );
@@ -59,7 +60,7 @@ LEFT JOIN (SELECT user_id, sum(points)::int AS points, count(*) AS orders
            GROUP BY user_id) o ON o.user_id = u.id;
 
 -- Between patterns: balances back to zero, the user's dedup table emptied.
-CREATE PROCEDURE reset_balances()
+CREATE PROCEDURE reset_demo()
 LANGUAGE sql AS $$
     UPDATE users SET points = 0, version = 0;
     TRUNCATE points_log;

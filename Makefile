@@ -7,11 +7,18 @@ EXTVERSION = 0.1
 MODULE_big = pg_idem
 CORE_OBJS = \
 	src/core/sha256.o \
-	src/core/record_key.o
+	src/core/record_key.o \
+	src/core/claim_rules.o
 OBJS = $(CORE_OBJS) \
 	src/pg/module.o \
+	src/pg/extension_objects.o \
 	src/pg/records.o \
 	src/pg/try_insert.o \
+	src/pg/scopes.o \
+	src/pg/claim.o \
+	src/pg/claim_wait.o \
+	src/pg/reconcile.o \
+	src/pg/operator_tools.o \
 	src/pg/plan_cache.o \
 	src/pg/user_table.o \
 	src/pg/try_insert_row.o \
@@ -20,7 +27,7 @@ OBJS = $(CORE_OBJS) \
 # One SQL source; the versioned install script is generated from it.
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 
-REGRESS = records_table try_insert try_insert_row versioned_update
+REGRESS = records_table try_insert try_insert_row versioned_update claim configure reconcile
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 ISOLATION = try_insert_race try_insert_row_race versioned_update_race
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=$(EXTENSION)

@@ -21,16 +21,22 @@ CREATE TABLE @extschema@.idem_records (
     key              text NOT NULL,
     status           @extschema@.idem_status NOT NULL,
     attempts         integer NOT NULL DEFAULT 1,
+    attempt_base     integer NOT NULL DEFAULT 0,
     recorded_at      timestamptz NOT NULL,
     expires_at       timestamptz NOT NULL,
     lease_expires_at timestamptz,
     holder_pid       integer,
+    holder_started_at timestamptz,
     fingerprint      text,
     result           jsonb,
     last_error       text,
     CONSTRAINT idem_records_pkey PRIMARY KEY (key_digest)
 );
 
+COMMENT ON COLUMN @extschema@.idem_records.attempts IS
+    'number of the latest claim: the fencing token of its holder; it only grows';
+COMMENT ON COLUMN @extschema@.idem_records.attempt_base IS
+    'attempts used before the last idem_retry; attempts - attempt_base count against max_attempts';
 COMMENT ON TABLE @extschema@.idem_records IS
     'pg_idem idempotency records; written only through the pg_idem functions';
 
@@ -67,3 +73,120 @@ CREATE FUNCTION @extschema@.idem_versioned_update(target regclass, key jsonb,
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_versioned_update'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+-- ---------------------------------------------------------------------------
+-- The claim / complete / fail protocol, for effects outside the database.
+-- ---------------------------------------------------------------------------
+
+-- Per-scope settings, written by idem_configure. A NULL column (or a scope
+-- with no row) falls back to the pg_idem.default_* parameter.
+CREATE TABLE @extschema@.idem_scopes (
+    scope                   text COLLATE "C" PRIMARY KEY,
+    ttl                     interval,
+    lease                   interval,
+    max_attempts            integer,
+    on_fingerprint_mismatch text,
+    reconcile_function      regprocedure,
+    takeover_on_disconnect  boolean,
+    configured_by           regrole NOT NULL,
+    configured_at           timestamptz NOT NULL,
+    CONSTRAINT idem_scopes_mismatch_policy CHECK (on_fingerprint_mismatch IN ('error', 'status'))
+);
+
+REVOKE ALL ON TABLE @extschema@.idem_scopes FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_scopes', '');
+
+-- What idem_begin answers.
+--   status: 'acquired' (you hold the key: do the work, then idem_complete or
+--   idem_fail with this attempt), 'in_progress' (another holder has a live
+--   lease), 'completed' (done before: replay result), 'dead' (attempts used
+--   up), 'fingerprint_mismatch' (same key, different payload, when the
+--   scope's policy is 'status').
+CREATE TYPE @extschema@.idem_claim AS (
+    status           text,
+    attempt          integer,
+    result           jsonb,
+    lease_expires_at timestamptz,
+    last_error       text
+);
+
+CREATE FUNCTION @extschema@.idem_begin(scope text, key text,
+                                       lease interval DEFAULT NULL,
+                                       fingerprint text DEFAULT NULL,
+                                       wait interval DEFAULT NULL,
+                                       takeover_on_disconnect boolean DEFAULT NULL)
+RETURNS @extschema@.idem_claim
+AS 'MODULE_PATHNAME', 'idem_begin'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+
+CREATE FUNCTION @extschema@.idem_complete(scope text, key text, attempt integer,
+                                          result jsonb DEFAULT NULL)
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_complete'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+
+CREATE FUNCTION @extschema@.idem_fail(scope text, key text, attempt integer, error text,
+                                      retryable boolean DEFAULT true)
+RETURNS @extschema@.idem_status
+AS 'MODULE_PATHNAME', 'idem_fail'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+
+CREATE FUNCTION @extschema@.idem_configure(scope text,
+                                           ttl interval DEFAULT NULL,
+                                           lease interval DEFAULT NULL,
+                                           max_attempts integer DEFAULT NULL,
+                                           on_fingerprint_mismatch text DEFAULT NULL,
+                                           reconcile_function regprocedure DEFAULT NULL,
+                                           takeover_on_disconnect boolean DEFAULT NULL)
+RETURNS @extschema@.idem_scopes
+AS 'MODULE_PATHNAME', 'idem_configure'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_begin(text, text, interval, text, interval, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_complete(text, text, integer, jsonb) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_fail(text, text, integer, text, boolean) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_configure(text, interval, interval, integer, text, regprocedure, boolean) FROM PUBLIC;
+
+-- Settles claims whose lease ran out, asking each scope's reconciliation
+-- function whether the effect happened. Returns what it looked at.
+CREATE FUNCTION @extschema@.idem_reconcile(scope text DEFAULT NULL, max_rows integer DEFAULT 100)
+RETURNS TABLE (scope text, key text, attempt integer, outcome text)
+AS 'MODULE_PATHNAME', 'idem_reconcile'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+
+-- Operator tools.
+CREATE FUNCTION @extschema@.idem_retry(scope text, key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_retry'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+
+CREATE FUNCTION @extschema@.idem_forget(scope text, key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_forget'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+
+-- Claims in flight, with their lease and holder. holder_alive needs the
+-- viewer to see other sessions' backend_start (pg_read_all_stats).
+CREATE VIEW @extschema@.idem_in_flight AS
+SELECT r.scope, r.key, r.attempts AS attempt, r.recorded_at AS claimed_at,
+       pg_catalog.now() OPERATOR(pg_catalog.-) r.recorded_at AS lease_age,
+       r.lease_expires_at,
+       r.lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() AS lease_expired,
+       r.holder_pid,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+               WHERE a.pid OPERATOR(pg_catalog.=) r.holder_pid
+                 AND a.backend_start OPERATOR(pg_catalog.=) r.holder_started_at) AS holder_alive
+FROM @extschema@.idem_records r
+WHERE r.status OPERATOR(pg_catalog.=) 'in_progress';
+
+-- Records whose attempts are used up: requeue with idem_retry, or drop with
+-- idem_forget.
+CREATE VIEW @extschema@.idem_dead_letters AS
+SELECT r.scope, r.key, r.attempts, r.last_error, r.recorded_at AS died_at, r.expires_at
+FROM @extschema@.idem_records r
+WHERE r.status OPERATOR(pg_catalog.=) 'dead';
+
+REVOKE ALL ON FUNCTION @extschema@.idem_reconcile(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_retry(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_forget(text, text) FROM PUBLIC;
+REVOKE ALL ON @extschema@.idem_in_flight, @extschema@.idem_dead_letters FROM PUBLIC;

@@ -4,11 +4,15 @@ extern "C" {
 #include "postgres.h"
 
 #include "fmgr.h"
+#include "miscadmin.h"
+#include "storage/ipc.h"
 #include "utils/guc.h"
 }
 
 #include "pg/plan_cache.hpp"
-#include "pg/records.hpp"
+#include "pg/claim_wait.hpp"
+#include "pg/extension_objects.hpp"
+#include "pg/scopes.hpp"
 #include "pg/settings.hpp"
 
 #include <climits>
@@ -18,8 +22,33 @@ PG_MODULE_MAGIC;
 void _PG_init(void);
 }
 
+namespace {
+
+shmem_request_hook_type previous_shmem_request = NULL;
+shmem_startup_hook_type previous_shmem_startup = NULL;
+
+// Shared memory exists only when pg_idem is in shared_preload_libraries;
+// everything that uses it has a fallback without (see claim_wait.hpp).
+extern "C" void request_shmem(void)
+{
+	if (previous_shmem_request)
+		previous_shmem_request();
+	idem::claim_wait_request_shmem();
+}
+
+extern "C" void startup_shmem(void)
+{
+	if (previous_shmem_startup)
+		previous_shmem_startup();
+	idem::claim_wait_init_shmem();
+}
+
+} // namespace
+
 namespace idem {
 int default_ttl_seconds = 7 * 24 * 60 * 60;
+int default_lease_seconds = 5 * 60;
+int default_max_attempts = 5;
 }
 
 extern "C" void _PG_init(void)
@@ -31,8 +60,28 @@ extern "C" void _PG_init(void)
 				&idem::default_ttl_seconds, 7 * 24 * 60 * 60, 1, INT_MAX, PGC_SIGHUP,
 				GUC_UNIT_S, NULL, NULL, NULL);
 
+	DefineCustomIntVariable("pg_idem.default_lease",
+				"How long an idem_begin claim is held when neither the call nor "
+				"its scope gives a lease.",
+				"After the lease runs out, another consumer may take the key over.",
+				&idem::default_lease_seconds, 5 * 60, 1, INT_MAX, PGC_SIGHUP, GUC_UNIT_S,
+				NULL, NULL, NULL);
+	DefineCustomIntVariable("pg_idem.default_max_attempts",
+				"How many claims of one key idem_begin grants before the key is "
+				"dead, when its scope does not say.",
+				NULL, &idem::default_max_attempts, 5, 1, INT_MAX, PGC_SIGHUP, 0, NULL,
+				NULL, NULL);
+
 	MarkGUCPrefixReserved("pg_idem");
 
-	idem::records_register_callbacks();
+	if (process_shared_preload_libraries_in_progress) {
+		previous_shmem_request = shmem_request_hook;
+		shmem_request_hook = request_shmem;
+		previous_shmem_startup = shmem_startup_hook;
+		shmem_startup_hook = startup_shmem;
+	}
+
+	idem::extension_objects_register_callbacks();
 	idem::plan_cache_register_callbacks();
+	idem::scopes_register_callbacks();
 }

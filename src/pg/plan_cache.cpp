@@ -103,6 +103,15 @@ void statement_prepare(Statement *st, const char *sql, int nargs, Oid *argtypes)
 	st->plan = plan;
 }
 
+Statement *statement_for(const char *signature, Oid relid, const char *table_name,
+			 const char *sql_format, int nargs, Oid *argtypes)
+{
+	Statement *st = statement_lookup(signature, strlen(signature), relid);
+	if (!statement_ready(st))
+		statement_prepare(st, psprintf(sql_format, table_name), nargs, argtypes);
+	return st;
+}
+
 void plan_cache_register_callbacks() { CacheRegisterRelcacheCallback(invalidate_relation, 0); }
 
 } // namespace idem

@@ -35,6 +35,12 @@ inline bool statement_ready(const Statement *st) { return st->valid && st->plan 
 // Prepares `sql` inside the caller's SPI connection and keeps the plan.
 void statement_prepare(Statement *st, const char *sql, int nargs, Oid *argtypes);
 
+// The common case in one call: the statement for `signature`, tied to
+// `relid`, prepared the first time from `sql_format` with its one %s
+// replaced by `table_name`. Inside the caller's SPI connection.
+Statement *statement_for(const char *signature, Oid relid, const char *table_name,
+			 const char *sql_format, int nargs, Oid *argtypes);
+
 void plan_cache_register_callbacks();
 
 } // namespace idem

@@ -33,12 +33,7 @@ extern "C" {
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
-#include "catalog/indexing.h"
-#include "catalog/namespace.h"
-#include "catalog/pg_enum_d.h"
-#include "catalog/pg_extension.h"
 #include "catalog/pg_type_d.h"
-#include "commands/extension.h"
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
@@ -46,15 +41,12 @@ extern "C" {
 #include "storage/lmgr.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
-#include "utils/inval.h"
-#include "utils/lsyscache.h"
-#include "utils/memutils.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
-#include "utils/syscache.h"
 }
 
 #include "core/record_key.hpp"
+#include "pg/extension_objects.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/records.hpp"
 
@@ -71,86 +63,10 @@ enum RecordColumn : AttrNumber {
 	col_key = 3,
 	col_status = 4,
 	col_attempts = 5,
-	col_recorded_at = 6,
-	col_expires_at = 7,
+	col_attempt_base = 6,
+	col_recorded_at = 7,
+	col_expires_at = 8,
 };
-
-// Where the table is in this database, found once and forgotten when the
-// table's relcache entry is invalidated (DROP EXTENSION, say).
-struct Location {
-	bool valid;
-	Oid schema;
-	Oid relid;
-	Oid pkey;
-	Oid status_in_progress; // pg_enum oids of 'in_progress' and 'completed'
-	Oid status_completed;
-	const char *qualified_table; // in TopMemoryContext
-};
-
-Location location;
-
-// The schema of an extension (PostgreSQL 15 keeps its own version static).
-Oid extension_schema(Oid ext)
-{
-	Relation rel = table_open(ExtensionRelationId, AccessShareLock);
-	ScanKeyData skey;
-	ScanKeyInit(&skey, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
-		    ObjectIdGetDatum(ext));
-	SysScanDesc scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &skey);
-	HeapTuple tuple = systable_getnext(scan);
-	Oid schema = HeapTupleIsValid(tuple)
-			 ? reinterpret_cast<Form_pg_extension>(GETSTRUCT(tuple))->extnamespace
-			 : InvalidOid;
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return schema;
-}
-
-void forget_location(Datum, Oid relid)
-{
-	if (relid == InvalidOid || relid == location.relid)
-		location.valid = false;
-}
-
-const Location &locate()
-{
-	if (location.valid)
-		return location;
-
-	Oid ext = get_extension_oid("pg_idem", true);
-	if (!OidIsValid(ext))
-		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			errmsg("extension \"pg_idem\" is not installed in this database"),
-			errhint("Run CREATE EXTENSION pg_idem."));
-	Oid schema = extension_schema(ext);
-	Oid relid = get_relname_relid("idem_records", schema);
-	Oid pkey = get_relname_relid("idem_records_pkey", schema);
-	Oid status_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
-					  CStringGetDatum("idem_status"), ObjectIdGetDatum(schema));
-	if (!OidIsValid(relid) || !OidIsValid(pkey) || !OidIsValid(status_type))
-		ereport(ERROR, errcode(ERRCODE_UNDEFINED_TABLE),
-			errmsg("pg_idem's table idem_records is missing"),
-			errhint("Recreate the extension: DROP EXTENSION pg_idem; CREATE EXTENSION "
-				"pg_idem."));
-
-	Oid in_progress = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
-					  ObjectIdGetDatum(status_type), CStringGetDatum("in_progress"));
-	Oid completed = GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid,
-					ObjectIdGetDatum(status_type), CStringGetDatum("completed"));
-
-	const char *qualified =
-	    quote_qualified_identifier(get_namespace_name(schema), "idem_records");
-	if (location.qualified_table != NULL)
-		pfree(const_cast<char *>(location.qualified_table));
-	location.qualified_table = MemoryContextStrdup(TopMemoryContext, qualified);
-	location.schema = schema;
-	location.relid = relid;
-	location.pkey = pkey;
-	location.status_in_progress = in_progress;
-	location.status_completed = completed;
-	location.valid = true;
-	return location;
-}
 
 bool same_text(Datum stored, const text *given)
 {
@@ -164,13 +80,13 @@ enum class Found { absent, live, expired };
 
 // Looks the digest up under `snapshot`. A digest match with another scope or
 // key is a SHA-256 prefix collision: an error, never a false duplicate.
-Found probe(const Location &loc, const RecordRef &ref, TimestampTz now, Snapshot snapshot)
+Found probe(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now, Snapshot snapshot)
 {
-	Relation rel = table_open(loc.relid, AccessShareLock);
+	Relation rel = table_open(loc.records, AccessShareLock);
 	ScanKeyData skey;
 	ScanKeyInit(&skey, col_key_digest, BTEqualStrategyNumber, F_BYTEAEQ,
 		    PointerGetDatum(ref.digest));
-	SysScanDesc scan = systable_beginscan(rel, loc.pkey, true, snapshot, 1, &skey);
+	SysScanDesc scan = systable_beginscan(rel, loc.records_pkey, true, snapshot, 1, &skey);
 
 	Found found = Found::absent;
 	HeapTuple tuple = systable_getnext(scan);
@@ -231,15 +147,15 @@ void check_conflict_visible(Relation rel, ItemPointer tid, TupleTableSlot *slot)
 // parse, plan and executor start-up that dominate a one-row insert. Returns
 // whether the record was inserted; false means a committed (or our own)
 // record holds the key.
-bool insert_record(const Location &loc, const RecordRef &ref, TimestampTz now,
+bool insert_record(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now,
 		   TimestampTz expires_at)
 {
-	Relation rel = table_open(loc.relid, RowExclusiveLock);
+	Relation rel = table_open(loc.records, RowExclusiveLock);
 	EState *estate = CreateExecutorState();
 	ResultRelInfo *rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 1, NULL, 0);
 	ExecOpenIndices(rri, true);
-	List *arbiters = list_make1_oid(loc.pkey);
+	List *arbiters = list_make1_oid(loc.records_pkey);
 
 	TupleTableSlot *slot = table_slot_create(rel, &estate->es_tupleTable);
 	ExecClearTuple(slot);
@@ -257,6 +173,7 @@ bool insert_record(const Location &loc, const RecordRef &ref, TimestampTz now,
 	set(col_key, PointerGetDatum(ref.key));
 	set(col_status, ObjectIdGetDatum(loc.status_completed));
 	set(col_attempts, Int32GetDatum(1));
+	set(col_attempt_base, Int32GetDatum(0));
 	set(col_recorded_at, TimestampTzGetDatum(now));
 	set(col_expires_at, TimestampTzGetDatum(expires_at));
 	ExecStoreVirtualTuple(slot);
@@ -295,25 +212,18 @@ bool insert_record(const Location &loc, const RecordRef &ref, TimestampTz now,
 	return inserted;
 }
 
-Statement *takeover_statement(const Location &loc)
+Statement *takeover_statement(const ExtensionObjects &loc)
 {
-	static const char signature[] = "records:takeover";
-	Statement *st = statement_lookup(signature, sizeof signature, loc.relid);
-	if (statement_ready(st))
-		return st;
-	StringInfoData sql;
-	initStringInfo(&sql);
-	appendStringInfo(&sql,
-			 "UPDATE %s SET status = 'completed', attempts = 1, recorded_at = $2, "
-			 "expires_at = $3, lease_expires_at = NULL, holder_pid = NULL, "
-			 "fingerprint = NULL, result = NULL, last_error = NULL "
-			 "WHERE key_digest OPERATOR(pg_catalog.=) $1 "
-			 "AND expires_at OPERATOR(pg_catalog.<=) $2 "
-			 "AND status OPERATOR(pg_catalog.<>) 'in_progress'",
-			 loc.qualified_table);
 	Oid types[] = {BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	statement_prepare(st, sql.data, 3, types);
-	return st;
+	return statement_for("records:takeover", loc.records, loc.records_name,
+			     "UPDATE %s SET status = 'completed', attempts = 1, attempt_base = 0, "
+			     "recorded_at = $2, expires_at = $3, lease_expires_at = NULL, "
+			     "holder_pid = NULL, holder_started_at = NULL, "
+			     "fingerprint = NULL, result = NULL, last_error = NULL "
+			     "WHERE key_digest OPERATOR(pg_catalog.=) $1 "
+			     "AND expires_at OPERATOR(pg_catalog.<=) $2 "
+			     "AND status OPERATOR(pg_catalog.<>) 'in_progress'",
+			     3, types);
 }
 
 uint64 run(Statement *st, Datum *values)
@@ -328,7 +238,7 @@ uint64 run(Statement *st, Datum *values)
 
 // Brings an expired record back to life for this claim; false if it was no
 // longer expired (or no longer there) by the time we held its row lock.
-bool take_over_expired(const Location &loc, const RecordRef &ref, TimestampTz now,
+bool take_over_expired(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now,
 		       TimestampTz expires_at)
 {
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -392,7 +302,7 @@ RecordRef record_ref(const char *fn, text *scope, text *key)
 
 bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at)
 {
-	const Location &loc = locate();
+	const ExtensionObjects &loc = extension_objects();
 
 	for (int round = 0;; round++) {
 		if (round == max_rounds)
@@ -413,7 +323,5 @@ bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expir
 		}
 	}
 }
-
-void records_register_callbacks() { CacheRegisterRelcacheCallback(forget_location, 0); }
 
 } // namespace idem

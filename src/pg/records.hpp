@@ -24,6 +24,4 @@ RecordRef record_ref(const char *fn, text *scope, text *key);
 // transaction this call waited for); true when this transaction now owns it.
 bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at);
 
-void records_register_callbacks();
-
 } // namespace idem

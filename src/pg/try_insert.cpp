@@ -1,6 +1,6 @@
 // idem_try_insert(scope, key, ttl): the unique-constraint pattern on the
 // managed table. What happens when a duplicate arrives is in records.cpp;
-// this file turns the SQL arguments into a claim and decides the TTL.
+// this file turns the SQL arguments into a claim.
 extern "C" {
 #include "postgres.h"
 
@@ -13,28 +13,7 @@ extern "C" {
 
 #include "pg/guard.hpp"
 #include "pg/records.hpp"
-#include "pg/settings.hpp"
-
-namespace {
-
-// The expiry of a record claimed at `now`: the call's TTL, else the default.
-TimestampTz record_expiry(const char *fn, TimestampTz now, Interval *ttl)
-{
-	if (ttl == NULL)
-		return now + int64(idem::default_ttl_seconds) * USECS_PER_SEC;
-
-	TimestampTz expires_at = DatumGetTimestampTz(DirectFunctionCall2(
-	    timestamptz_pl_interval, TimestampTzGetDatum(now), IntervalPGetDatum(ttl)));
-	if (expires_at <= now)
-		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: ttl must be positive", fn),
-			errdetail("The ttl given was %s.",
-				  DatumGetCString(DirectFunctionCall1(
-				      interval_out, IntervalPGetDatum(ttl)))));
-	return expires_at;
-}
-
-} // namespace
+#include "pg/scopes.hpp"
 
 IDEM_SQL_FUNCTION(idem_try_insert)
 {
@@ -46,6 +25,8 @@ IDEM_SQL_FUNCTION(idem_try_insert)
 	PreventCommandIfReadOnly(fn);
 	PreventCommandDuringRecovery(fn);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	TimestampTz expires_at = record_expiry(fn, now, PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2));
+	TimestampTz expires_at =
+	    idem::record_expiry(fn, now, PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
+				idem::scope_settings(ref.scope));
 	PG_RETURN_BOOL(idem::records_try_insert(ref, now, expires_at));
 }

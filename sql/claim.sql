@@ -1,0 +1,124 @@
+-- idem_begin, idem_complete, idem_fail: the claim protocol.
+-- Each error is followed by its SQLSTATE.
+
+-- First claim acquires attempt 1; a second sees it in progress.
+SELECT status, attempt, result, lease_expires_at > now() AS leased, last_error
+FROM idem_begin('pay', 'order-1');
+SELECT status, attempt FROM idem_begin('pay', 'order-1');
+SELECT scope, key, status, attempts, holder_pid = pg_backend_pid() AS mine,
+       lease_expires_at - recorded_at AS lease
+FROM idem_records WHERE scope = 'pay';
+
+-- Completing stores the result; later claims replay it.
+SELECT idem_complete('pay', 'order-1', 1, '{"charge": "ch_1", "amount": 42}');
+SELECT status, attempt, result, lease_expires_at FROM idem_begin('pay', 'order-1');
+SELECT status, holder_pid, lease_expires_at, expires_at - recorded_at AS ttl
+FROM idem_records WHERE scope = 'pay' AND key = 'order-1';
+
+-- The lease: the call's, else the scope's, else pg_idem.default_lease (5 min).
+SELECT status FROM idem_begin('pay', 'order-2', lease => '30 seconds');
+SELECT lease_expires_at - recorded_at AS lease FROM idem_records WHERE scope = 'pay' AND key = 'order-2';
+
+-- An expired lease is taken over with the next attempt; the old holder's
+-- completion is refused and changes nothing.
+SELECT status, attempt FROM idem_begin('pay', 'order-3', lease => '1 microsecond');
+SELECT status, attempt FROM idem_begin('pay', 'order-3');
+SELECT idem_complete('pay', 'order-3', 1, '{"late": true}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT status, attempts, result FROM idem_records WHERE scope = 'pay' AND key = 'order-3';
+SELECT idem_complete('pay', 'order-3', 2, '{"charge": "ch_3"}');
+SELECT status, attempts, result FROM idem_records WHERE scope = 'pay' AND key = 'order-3';
+
+-- Failures: retried with the next attempt, then dead after max_attempts.
+SELECT scope, max_attempts FROM idem_configure('mail', max_attempts => 2);
+SELECT status, attempt FROM idem_begin('mail', 'm-1');
+SELECT idem_fail('mail', 'm-1', 1, 'smtp timeout');
+SELECT status, attempt, last_error FROM idem_begin('mail', 'm-1');
+SELECT idem_fail('mail', 'm-1', 2, 'smtp timeout again');
+SELECT status, attempt, last_error FROM idem_begin('mail', 'm-1');
+-- A failure that is not retryable is dead at once.
+SELECT status, attempt FROM idem_begin('mail', 'm-2');
+SELECT idem_fail('mail', 'm-2', 1, 'mailbox does not exist', retryable => false);
+SELECT status FROM idem_begin('mail', 'm-2');
+-- Running out of attempts by lease expiry makes the record dead too.
+SELECT status, attempt FROM idem_begin('mail', 'm-3', lease => '1 microsecond');
+SELECT status, attempt FROM idem_begin('mail', 'm-3', lease => '1 microsecond');
+SELECT status, attempt FROM idem_begin('mail', 'm-3');
+SELECT key, status, attempts FROM idem_records WHERE scope = 'mail' ORDER BY key;
+
+-- The transactional pattern and the protocol share one table.
+SELECT idem_try_insert('shared', 'k1');
+SELECT status, attempt FROM idem_begin('shared', 'k1');
+SELECT status FROM idem_begin('shared', 'k2');
+SELECT idem_try_insert('shared', 'k2') AS in_progress_is_a_duplicate;
+SELECT idem_complete('shared', 'k2', 1);
+SELECT idem_try_insert('shared', 'k2') AS completed_is_a_duplicate;
+
+-- Fingerprints: the same key with another payload.
+SELECT status FROM idem_begin('fp', 'k', fingerprint => repeat('a', 64));
+SELECT status FROM idem_begin('fp', 'k', fingerprint => repeat('a', 64));
+SELECT status FROM idem_begin('fp', 'k', fingerprint => repeat('b', 64));
+\echo :LAST_ERROR_SQLSTATE
+SELECT status FROM idem_begin('fp', 'k');
+SELECT scope, on_fingerprint_mismatch FROM idem_configure('fp2', on_fingerprint_mismatch => 'status');
+SELECT status FROM idem_begin('fp2', 'k', fingerprint => repeat('a', 64));
+SELECT status, attempt FROM idem_begin('fp2', 'k', fingerprint => repeat('c', 64));
+
+-- Waiting: a claim in progress is waited for up to the wait, then reported.
+SELECT status FROM idem_begin('wait', 'k');
+SELECT clock_timestamp() AS before \gset
+SELECT status, attempt FROM idem_begin('wait', 'k', wait => '200 milliseconds');
+SELECT clock_timestamp() - :'before' >= interval '200 milliseconds' AS waited;
+
+-- Bad input: a clear error, and nothing written.
+SELECT * FROM idem_begin(NULL, 'k');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idem_begin('bad', '');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idem_begin('bad', 'k', lease => '-1 second');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idem_begin('bad', 'k', lease => '0');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idem_begin('bad', 'k', wait => '-1 second');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idem_begin('bad', 'k', fingerprint => 'not-hex');
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idem_begin('bad', 'k', fingerprint => upper(repeat('a', 64)));
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_complete('bad', 'never-claimed', 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_complete('pay', 'order-2', 0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_complete('pay', 'order-2', -1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_complete('pay', 'order-2', NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_complete('pay', 'order-2', 7);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_fail('pay', 'order-2', 1, NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_fail('pay', 'order-2', 1, 'x', NULL);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_fail('pay', 'order-1', 1, 'too late');
+\echo :LAST_ERROR_SQLSTATE
+BEGIN READ ONLY;
+SELECT * FROM idem_begin('bad', 'read-only');
+\echo :LAST_ERROR_SQLSTATE
+ROLLBACK;
+SELECT count(*) AS written_by_bad_calls FROM idem_records WHERE scope = 'bad';
+SELECT status, attempts FROM idem_records WHERE scope = 'pay' AND key = 'order-2';
+
+-- Privileges: PUBLIC cannot claim, complete or fail.
+CREATE ROLE regress_idem_stranger;
+SET ROLE regress_idem_stranger;
+SELECT * FROM idem_begin('pay', 'order-9');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_complete('pay', 'order-2', 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_fail('pay', 'order-2', 1, 'sabotage');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+DROP ROLE regress_idem_stranger;
+
+DELETE FROM idem_records;
+DELETE FROM idem_scopes;

@@ -1,0 +1,90 @@
+-- idem_reconcile and the operator tools: idem_in_flight, idem_dead_letters,
+-- idem_retry, idem_forget.
+
+-- The business system knows which charges happened.
+CREATE TABLE charges (order_id text PRIMARY KEY);
+INSERT INTO charges VALUES ('o-2');
+CREATE FUNCTION charge_happened(scope text, key text) RETURNS boolean LANGUAGE sql AS
+$$ SELECT CASE WHEN key = 'o-3' THEN NULL   -- the payment API is down: don't know
+               ELSE EXISTS (SELECT 1 FROM charges WHERE order_id = key) END $$;
+SELECT scope FROM idem_configure('pay', max_attempts => 2,
+                                 reconcile_function => 'charge_happened(text,text)');
+
+-- Four claims whose holders crashed: their leases have run out.
+SELECT key, status, attempt
+FROM unnest(ARRAY['o-1', 'o-2', 'o-3']) AS k(key),
+     LATERAL idem_begin('pay', k.key, lease => '1 microsecond');
+SELECT status FROM idem_begin('other', 'x', lease => '1 microsecond');
+-- ...and one live claim, which reconciliation must not touch.
+SELECT status FROM idem_begin('pay', 'o-4', lease => '1 hour');
+
+SELECT scope, key, attempt, lease_expired, holder_alive, holder_pid = pg_backend_pid() AS mine
+FROM idem_in_flight ORDER BY scope, key;
+
+SELECT * FROM idem_reconcile() ORDER BY scope, key;
+SELECT scope, key, status, attempts, last_error FROM idem_records ORDER BY scope, key;
+-- Reconciling again changes nothing new; max_rows and scope narrow it.
+SELECT * FROM idem_reconcile('pay', 1);
+SELECT * FROM idem_reconcile('nothing-here');
+
+-- What the states mean to the next consumer.
+SELECT key, status, attempt FROM unnest(ARRAY['o-1', 'o-2']) AS k(key),
+       LATERAL idem_begin('pay', k.key);
+-- o-1 failed and was claimed again (attempt 2); failing it uses up the attempts.
+SELECT idem_fail('pay', 'o-1', 2, 'card declined');
+SELECT scope, key, attempts, last_error FROM idem_dead_letters;
+
+-- Requeue the dead letter: attempts keep counting (fencing), with 2 more.
+SELECT idem_retry('pay', 'o-1') AS requeued, idem_retry('pay', 'o-2') AS not_dead;
+SELECT status, attempt FROM idem_begin('pay', 'o-1');
+SELECT count(*) FROM idem_dead_letters;
+
+-- Forget a record: the next message with this key is new.
+SELECT idem_forget('pay', 'o-2') AS forgotten, idem_forget('pay', 'o-2') AS again;
+SELECT status, attempt FROM idem_begin('pay', 'o-2');
+
+-- Bad input.
+SELECT * FROM idem_reconcile(NULL, 0);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_retry(NULL, 'k');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_forget('pay', '');
+\echo :LAST_ERROR_SQLSTATE
+
+-- Privileges: none of these is open to PUBLIC.
+CREATE ROLE regress_idem_stranger;
+SET ROLE regress_idem_stranger;
+SELECT * FROM idem_reconcile();
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_retry('pay', 'o-1');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_forget('pay', 'o-1');
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM idem_in_flight;
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM idem_dead_letters;
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+
+-- The reconciliation function runs as the role that configured the scope,
+-- not as the extension owner.
+CREATE TABLE who_asked (role name);
+CREATE FUNCTION record_caller(scope text, key text) RETURNS boolean LANGUAGE sql AS
+$$ INSERT INTO who_asked VALUES (current_user); SELECT true $$;
+GRANT INSERT ON who_asked TO regress_idem_stranger;
+GRANT EXECUTE ON FUNCTION idem_configure(text, interval, interval, integer, text, regprocedure, boolean)
+    TO regress_idem_stranger;
+SET ROLE regress_idem_stranger;
+SELECT scope FROM idem_configure('audit', reconcile_function => 'record_caller(text,text)');
+RESET ROLE;
+SELECT status FROM idem_begin('audit', 'a', lease => '1 microsecond');
+SELECT * FROM idem_reconcile('audit');
+SELECT * FROM who_asked;
+
+REVOKE ALL ON FUNCTION idem_configure(text, interval, interval, integer, text, regprocedure, boolean)
+    FROM regress_idem_stranger;
+DELETE FROM idem_records;
+DELETE FROM idem_scopes;
+DROP TABLE charges, who_asked;
+DROP FUNCTION charge_happened(text, text), record_caller(text, text);
+DROP ROLE regress_idem_stranger;

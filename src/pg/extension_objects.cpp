@@ -1,0 +1,111 @@
+// See extension_objects.hpp.
+extern "C" {
+#include "postgres.h"
+
+#include "access/genam.h"
+#include "access/htup_details.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "catalog/indexing.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_enum_d.h"
+#include "catalog/pg_extension.h"
+#include "catalog/pg_type_d.h"
+#include "commands/extension.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/syscache.h"
+}
+
+#include "pg/extension_objects.hpp"
+
+#include <initializer_list>
+
+namespace idem {
+
+namespace {
+
+ExtensionObjects objects;
+
+// The schema of an extension (PostgreSQL 15 keeps its own version static).
+Oid extension_schema(Oid ext)
+{
+	Relation rel = table_open(ExtensionRelationId, AccessShareLock);
+	ScanKeyData skey;
+	ScanKeyInit(&skey, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+		    ObjectIdGetDatum(ext));
+	SysScanDesc scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &skey);
+	HeapTuple tuple = systable_getnext(scan);
+	Oid schema = HeapTupleIsValid(tuple)
+			 ? reinterpret_cast<Form_pg_extension>(GETSTRUCT(tuple))->extnamespace
+			 : InvalidOid;
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return schema;
+}
+
+void forget(Datum, Oid relid)
+{
+	if (relid == InvalidOid || relid == objects.records || relid == objects.scopes)
+		objects.valid = false;
+}
+
+Oid enum_label(Oid type, const char *label)
+{
+	return GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid, ObjectIdGetDatum(type),
+			       CStringGetDatum(label));
+}
+
+const char *qualified(const char *schema, const char *name)
+{
+	return MemoryContextStrdup(TopMemoryContext, quote_qualified_identifier(schema, name));
+}
+
+} // namespace
+
+const ExtensionObjects &extension_objects()
+{
+	if (objects.valid)
+		return objects;
+
+	Oid ext = get_extension_oid("pg_idem", true);
+	if (!OidIsValid(ext))
+		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			errmsg("extension \"pg_idem\" is not installed in this database"),
+			errhint("Run CREATE EXTENSION pg_idem."));
+	Oid schema = extension_schema(ext);
+	ExtensionObjects found;
+	found.records = get_relname_relid("idem_records", schema);
+	found.records_pkey = get_relname_relid("idem_records_pkey", schema);
+	found.scopes = get_relname_relid("idem_scopes", schema);
+	found.status_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
+					    CStringGetDatum("idem_status"), ObjectIdGetDatum(schema));
+	if (!OidIsValid(found.records) || !OidIsValid(found.records_pkey) ||
+	    !OidIsValid(found.scopes) || !OidIsValid(found.status_type))
+		ereport(ERROR, errcode(ERRCODE_UNDEFINED_TABLE),
+			errmsg("pg_idem's tables are missing"),
+			errhint("Recreate the extension: DROP EXTENSION pg_idem; CREATE EXTENSION "
+				"pg_idem."));
+	found.status_in_progress = enum_label(found.status_type, "in_progress");
+	found.status_completed = enum_label(found.status_type, "completed");
+	found.status_failed = enum_label(found.status_type, "failed");
+	found.status_dead = enum_label(found.status_type, "dead");
+
+	const char *schema_name = get_namespace_name(schema);
+	for (const char *old : {objects.records_name, objects.scopes_name, objects.status_type_name})
+		if (old != NULL)
+			pfree(const_cast<char *>(old));
+	found.records_name = qualified(schema_name, "idem_records");
+	found.scopes_name = qualified(schema_name, "idem_scopes");
+	found.status_type_name = qualified(schema_name, "idem_status");
+	found.valid = true;
+	objects = found;
+	return objects;
+}
+
+void extension_objects_register_callbacks() { CacheRegisterRelcacheCallback(forget, 0); }
+
+} // namespace idem

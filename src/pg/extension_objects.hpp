@@ -1,0 +1,28 @@
+// Where pg_idem's own tables and types are in this database. Looked up once
+// per backend and forgotten when their relcache entries are invalidated
+// (DROP EXTENSION, or idem_configure changing a scope). Include after
+// postgres.h.
+#pragma once
+
+namespace idem {
+
+struct ExtensionObjects {
+	bool valid;
+	Oid records;	     // idem_records
+	Oid records_pkey;    // its primary key, on key_digest
+	Oid scopes;	     // idem_scopes
+	Oid status_type;     // idem_status and its labels
+	Oid status_in_progress;
+	Oid status_completed;
+	Oid status_failed;
+	Oid status_dead;
+	const char *records_name; // schema-qualified and quoted, for SQL text
+	const char *scopes_name;
+	const char *status_type_name;
+};
+
+const ExtensionObjects &extension_objects();
+
+void extension_objects_register_callbacks();
+
+} // namespace idem

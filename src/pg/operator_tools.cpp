@@ -1,0 +1,73 @@
+// idem_retry and idem_forget: what an operator does to one record by hand.
+// Both run as the extension owner and are not executable by PUBLIC.
+extern "C" {
+#include "postgres.h"
+
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+}
+
+#include "pg/claim_wait.hpp"
+#include "pg/extension_objects.hpp"
+#include "pg/guard.hpp"
+#include "pg/plan_cache.hpp"
+#include "pg/records.hpp"
+
+#include <cstring>
+
+namespace {
+
+// Runs one keyed statement on the record; returns the rows it touched.
+uint64 on_record(const char *signature, const char *sql_format, const idem::RecordRef &ref)
+{
+	const idem::ExtensionObjects &objects = idem::extension_objects();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pg_idem: SPI_connect failed");
+	Oid types[] = {BYTEAOID};
+	idem::Statement *st = idem::statement_for(signature, objects.records, objects.records_name,
+						  sql_format, 1, types);
+	Datum values[] = {PointerGetDatum(ref.digest)};
+	if (SPI_execute_plan(st->plan, values, NULL, false, 0) < 0)
+		elog(ERROR, "pg_idem: %s failed", signature);
+	uint64 touched = SPI_processed;
+	SPI_finish();
+	return touched;
+}
+
+idem::RecordRef operator_ref(const char *fn, FunctionCallInfo fcinfo)
+{
+	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
+					       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
+	PreventCommandIfReadOnly(fn);
+	return ref;
+}
+
+} // namespace
+
+// idem_retry(scope, key): a dead record becomes failed, with max_attempts
+// more attempts. The attempt counter keeps growing, so fencing tokens are
+// never reused. Returns false when the record is not dead.
+IDEM_SQL_FUNCTION(idem_retry)
+{
+	idem::RecordRef ref = operator_ref("idem_retry", fcinfo);
+	uint64 n = on_record("operator:retry",
+			     "UPDATE %s SET status = 'failed', attempt_base = attempts "
+			     "WHERE key_digest OPERATOR(pg_catalog.=) $1 "
+			     "AND status OPERATOR(pg_catalog.=) 'dead'",
+			     ref);
+	PG_RETURN_BOOL(n > 0);
+}
+
+// idem_forget(scope, key): deletes the record, whatever its state; the next
+// message with this key is new. Returns false when there was none.
+IDEM_SQL_FUNCTION(idem_forget)
+{
+	idem::RecordRef ref = operator_ref("idem_forget", fcinfo);
+	uint64 n = on_record("operator:forget",
+			     "DELETE FROM %s WHERE key_digest OPERATOR(pg_catalog.=) $1", ref);
+	if (n > 0)
+		idem::claim_wake_at_commit(ref.digest);
+	PG_RETURN_BOOL(n > 0);
+}

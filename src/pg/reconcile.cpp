@@ -1,0 +1,169 @@
+// idem_reconcile(scope, max_rows): settles claims whose lease ran out.
+//
+// For each in-progress record with an expired lease (oldest first, locked
+// with FOR UPDATE SKIP LOCKED so that concurrent reconcilers and late
+// completions never wait on each other for long), it asks the scope's
+// reconciliation function fn(scope, key) whether the effect happened:
+// true -> completed, false -> failed (or dead when the attempts are used
+// up), NULL -> left as it is and reported 'unknown'. Scopes without a
+// function are reported 'no_reconciler' and left alone. A late idem_complete
+// of the same attempt queues behind the row lock and is then refused, since
+// the record is no longer in progress.
+//
+// The function runs as the role that configured the scope, in a
+// security-restricted context (as VACUUM runs index functions), never as
+// the extension owner that this SECURITY DEFINER function runs as.
+extern "C" {
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+}
+
+#include "core/claim_rules.hpp"
+#include "pg/claim_wait.hpp"
+#include "pg/extension_objects.hpp"
+#include "pg/guard.hpp"
+#include "pg/plan_cache.hpp"
+#include "pg/scopes.hpp"
+
+#include <cstring>
+
+namespace {
+
+struct Candidate {
+	bytea *digest;
+	text *scope;
+	text *key;
+	int attempts;
+	int attempt_base;
+};
+
+// Asks fn(scope, key) as `role`. *isnull is set when it does not know.
+bool ask_reconciler(Oid fn, Oid role, text *scope, text *key, bool *isnull)
+{
+	Oid saved_user;
+	int saved_context;
+	GetUserIdAndSecContext(&saved_user, &saved_context);
+	SetUserIdAndSecContext(role, saved_context | SECURITY_LOCAL_USERID_CHANGE |
+					 SECURITY_RESTRICTED_OPERATION);
+	FmgrInfo flinfo;
+	fmgr_info(fn, &flinfo);
+	LOCAL_FCINFO(call, 2);
+	InitFunctionCallInfoData(*call, &flinfo, 2, InvalidOid, NULL, NULL);
+	call->args[0].value = PointerGetDatum(scope);
+	call->args[0].isnull = false;
+	call->args[1].value = PointerGetDatum(key);
+	call->args[1].isnull = false;
+	Datum answer = FunctionCallInvoke(call);
+	// An error above aborts the transaction, which restores the user too.
+	SetUserIdAndSecContext(saved_user, saved_context);
+	*isnull = call->isnull;
+	return !call->isnull && DatumGetBool(answer);
+}
+
+} // namespace
+
+IDEM_SQL_FUNCTION(idem_reconcile)
+{
+	static const char fn[] = "idem_reconcile";
+	if (PG_ARGISNULL(1) || PG_GETARG_INT32(1) < 1)
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("%s: max_rows must be at least 1", fn));
+	PreventCommandIfReadOnly(fn);
+	int max_rows = PG_GETARG_INT32(1);
+	InitMaterializedSRF(fcinfo, 0);
+	ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+
+	const idem::ExtensionObjects &objects = idem::extension_objects();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pg_idem: SPI_connect failed");
+
+	Oid select_types[] = {TEXTOID, INT4OID};
+	idem::Statement *select = idem::statement_for(
+	    "reconcile:select", objects.records, objects.records_name,
+	    "SELECT key_digest, scope, key, attempts, attempt_base FROM %s "
+	    "WHERE status OPERATOR(pg_catalog.=) 'in_progress' "
+	    "AND lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() "
+	    "AND ($1 IS NULL OR scope OPERATOR(pg_catalog.=) $1) "
+	    "ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED",
+	    2, select_types);
+	Datum select_values[] = {PG_ARGISNULL(0) ? 0 : PG_GETARG_DATUM(0), Int32GetDatum(max_rows)};
+	char select_nulls[] = {PG_ARGISNULL(0) ? 'n' : ' ', ' '};
+	if (SPI_execute_plan(select->plan, select_values, select_nulls, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "pg_idem: reconciliation query failed");
+
+	// Copy the candidates out before any reconciliation function runs SPI.
+	int n = int(SPI_processed);
+	Candidate *candidates = static_cast<Candidate *>(palloc(sizeof(Candidate) * (n + 1)));
+	for (int i = 0; i < n; i++) {
+		HeapTuple row = SPI_tuptable->vals[i];
+		TupleDesc desc = SPI_tuptable->tupdesc;
+		bool isnull;
+		candidates[i].digest = DatumGetByteaPCopy(SPI_getbinval(row, desc, 1, &isnull));
+		candidates[i].scope = DatumGetTextPCopy(SPI_getbinval(row, desc, 2, &isnull));
+		candidates[i].key = DatumGetTextPCopy(SPI_getbinval(row, desc, 3, &isnull));
+		candidates[i].attempts = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
+		candidates[i].attempt_base = DatumGetInt32(SPI_getbinval(row, desc, 5, &isnull));
+	}
+
+	Oid update_types[] = {BYTEAOID, INT4OID, objects.status_type, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	idem::Statement *update = idem::statement_for(
+	    "reconcile:update", objects.records, objects.records_name,
+	    "UPDATE %s SET status = $3, recorded_at = $4, expires_at = $5, "
+	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
+	    "last_error = CASE WHEN $3 OPERATOR(pg_catalog.=) 'completed' "
+	    "THEN last_error ELSE 'reconciled: the effect did not happen' END "
+	    "WHERE key_digest OPERATOR(pg_catalog.=) $1 "
+	    "AND status OPERATOR(pg_catalog.=) 'in_progress' "
+	    "AND attempts OPERATOR(pg_catalog.=) $2",
+	    5, update_types);
+
+	for (int i = 0; i < n; i++) {
+		const Candidate &c = candidates[i];
+		idem::ScopeSettings settings = idem::scope_settings(c.scope);
+		const char *outcome;
+		if (!OidIsValid(settings.reconcile_function)) {
+			outcome = "no_reconciler";
+		} else {
+			bool unknown;
+			bool happened = ask_reconciler(settings.reconcile_function,
+						       settings.configured_by, c.scope, c.key, &unknown);
+			if (unknown) {
+				outcome = "unknown";
+			} else {
+				Oid status = objects.status_completed;
+				outcome = "completed";
+				if (!happened) {
+					bool dead = idem::decide_failure(c.attempts, c.attempt_base,
+									 settings.max_attempts, true) ==
+						    idem::RecordState::dead;
+					status = dead ? objects.status_dead : objects.status_failed;
+					outcome = dead ? "dead" : "failed";
+				}
+				TimestampTz now = GetCurrentTimestamp();
+				Datum values[] = {PointerGetDatum(c.digest), Int32GetDatum(c.attempts),
+						  ObjectIdGetDatum(status), TimestampTzGetDatum(now),
+						  TimestampTzGetDatum(
+						      idem::record_expiry(fn, now, NULL, settings))};
+				if (SPI_execute_plan(update->plan, values, NULL, false, 0) !=
+				    SPI_OK_UPDATE)
+					elog(ERROR, "pg_idem: reconciliation update failed");
+				idem::claim_wake_at_commit(c.digest);
+			}
+		}
+		Datum out[] = {PointerGetDatum(c.scope), PointerGetDatum(c.key),
+			       Int32GetDatum(c.attempts), CStringGetTextDatum(outcome)};
+		bool nulls[] = {false, false, false, false};
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
+	}
+	SPI_finish();
+	return (Datum)0;
+}

@@ -1,0 +1,278 @@
+// Scope settings: the backend-local cache and idem_configure.
+//
+// The cache maps a scope to its settings, including "not configured", so an
+// unconfigured scope costs one hash lookup per claim. idem_configure writes
+// idem_scopes and calls CacheInvalidateRelcacheByRelid on it, which at
+// commit reaches every backend's relcache callback; the callback drops the
+// whole cache. Nothing else may write idem_scopes (PUBLIC has no privilege).
+extern "C" {
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "catalog/pg_proc.h"
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "lib/stringinfo.h"
+#include "miscadmin.h"
+#include "utils/acl.h"
+#include "utils/builtins.h"
+#include "utils/hsearch.h"
+#include "utils/inval.h"
+#include "utils/lsyscache.h"
+#include "utils/memutils.h"
+#include "utils/regproc.h"
+#include "utils/syscache.h"
+#include "utils/timestamp.h"
+}
+
+#include "core/record_key.hpp"
+#include "pg/extension_objects.hpp"
+#include "pg/guard.hpp"
+#include "pg/plan_cache.hpp"
+#include "pg/records.hpp"
+#include "pg/scopes.hpp"
+#include "pg/settings.hpp"
+
+#include <cstring>
+
+namespace idem {
+
+namespace {
+
+struct CachedScope {
+	char scope[max_scope_bytes + 1]; // hash key (text has no NUL bytes)
+	ScopeSettings settings;
+};
+
+HTAB *cache = NULL;
+Oid cache_scopes_relid = InvalidOid; // the idem_scopes the cache was read from
+bool cache_stale = false;
+constexpr long max_cached_scopes = 10000;
+
+// Invalidation callbacks may not touch catalogs or free what a caller may be
+// using: mark the cache stale, and drop it at the next safe point.
+void mark_stale(Datum, Oid relid)
+{
+	if (relid == InvalidOid || relid == cache_scopes_relid)
+		cache_stale = true;
+}
+
+HTAB *scope_cache()
+{
+	if (cache != NULL && (cache_stale || hash_get_num_entries(cache) >= max_cached_scopes)) {
+		hash_destroy(cache);
+		cache = NULL;
+	}
+	if (cache == NULL) {
+		HASHCTL ctl;
+		memset(&ctl, 0, sizeof ctl);
+		ctl.keysize = max_scope_bytes + 1;
+		ctl.entrysize = sizeof(CachedScope);
+		ctl.hcxt = CacheMemoryContext;
+		cache = hash_create("pg_idem scopes", 64, &ctl, HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+		cache_stale = false;
+	}
+	return cache;
+}
+
+Statement *settings_statement(const ExtensionObjects &objects)
+{
+	Oid types[] = {TEXTOID};
+	return statement_for("scopes:select", objects.scopes, objects.scopes_name,
+			     "SELECT ttl, lease, max_attempts, on_fingerprint_mismatch, "
+			     "reconcile_function, takeover_on_disconnect, configured_by "
+			     "FROM %s WHERE scope OPERATOR(pg_catalog.=) $1",
+			     1, types);
+}
+
+ScopeSettings read_settings(const ExtensionObjects &objects, text *scope)
+{
+	ScopeSettings s;
+	memset(&s, 0, sizeof s);
+	s.max_attempts = default_max_attempts;
+	s.mismatch_is_error = true;
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pg_idem: SPI_connect failed");
+	Datum values[] = {PointerGetDatum(scope)};
+	int rc = SPI_execute_plan(settings_statement(objects)->plan, values, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
+	if (SPI_processed == 1) {
+		HeapTuple row = SPI_tuptable->vals[0];
+		TupleDesc desc = SPI_tuptable->tupdesc;
+		bool isnull;
+		Datum d = SPI_getbinval(row, desc, 1, &isnull);
+		if ((s.has_ttl = !isnull))
+			s.ttl = *DatumGetIntervalP(d);
+		d = SPI_getbinval(row, desc, 2, &isnull);
+		if ((s.has_lease = !isnull))
+			s.lease = *DatumGetIntervalP(d);
+		d = SPI_getbinval(row, desc, 3, &isnull);
+		if (!isnull)
+			s.max_attempts = DatumGetInt32(d);
+		d = SPI_getbinval(row, desc, 4, &isnull);
+		if (!isnull)
+			s.mismatch_is_error = strcmp(TextDatumGetCString(d), "status") != 0;
+		d = SPI_getbinval(row, desc, 5, &isnull);
+		if (!isnull)
+			s.reconcile_function = DatumGetObjectId(d);
+		d = SPI_getbinval(row, desc, 6, &isnull);
+		if (!isnull)
+			s.takeover_on_disconnect = DatumGetBool(d);
+		d = SPI_getbinval(row, desc, 7, &isnull);
+		s.configured_by = DatumGetObjectId(d);
+	}
+	SPI_finish();
+	return s;
+}
+
+} // namespace
+
+ScopeSettings scope_settings(text *scope)
+{
+	const ExtensionObjects &objects = extension_objects();
+	char key[max_scope_bytes + 1];
+	size_t len = VARSIZE_ANY_EXHDR(scope);
+	memcpy(key, VARDATA_ANY(scope), len);
+	key[len] = '\0';
+
+	HTAB *htab = scope_cache();
+	bool found;
+	CachedScope *entry = static_cast<CachedScope *>(hash_search(htab, key, HASH_FIND, &found));
+	if (found && cache_scopes_relid == objects.scopes)
+		return entry->settings;
+
+	ScopeSettings settings = read_settings(objects, scope);
+	// Reading may have processed invalidations: only cache what is current.
+	htab = scope_cache();
+	cache_scopes_relid = objects.scopes;
+	entry = static_cast<CachedScope *>(hash_search(htab, key, HASH_ENTER, &found));
+	entry->settings = settings;
+	return settings;
+}
+
+void check_positive_interval(const char *fn, const char *what, Interval *interval)
+{
+	TimestampTz epoch = 0;
+	TimestampTz later = DatumGetTimestampTz(DirectFunctionCall2(
+	    timestamptz_pl_interval, TimestampTzGetDatum(epoch), IntervalPGetDatum(interval)));
+	if (later <= epoch)
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("%s: %s must be positive", fn, what),
+			errdetail("The %s given was %s.", what,
+				  DatumGetCString(
+				      DirectFunctionCall1(interval_out, IntervalPGetDatum(interval)))));
+}
+
+TimestampTz record_expiry(const char *fn, TimestampTz now, Interval *call_ttl,
+			  const ScopeSettings &settings)
+{
+	Interval *ttl = call_ttl;
+	if (ttl != NULL)
+		check_positive_interval(fn, "ttl", ttl);
+	else if (settings.has_ttl)
+		ttl = const_cast<Interval *>(&settings.ttl);
+	else
+		return now + int64(default_ttl_seconds) * USECS_PER_SEC;
+	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
+						       TimestampTzGetDatum(now),
+						       IntervalPGetDatum(ttl)));
+}
+
+void scopes_register_callbacks() { CacheRegisterRelcacheCallback(mark_stale, 0); }
+
+namespace {
+
+// A reconciliation function must be fn(scope text, key text) RETURNS boolean,
+// and the configuring role must be allowed to call it.
+void check_reconcile_function(const char *fn, Oid func, Oid role)
+{
+	HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(func));
+	if (!HeapTupleIsValid(tuple))
+		ereport(ERROR, errcode(ERRCODE_UNDEFINED_FUNCTION),
+			errmsg("%s: function with OID %u does not exist", fn, func));
+	Form_pg_proc proc = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple));
+	bool ok = proc->prokind == PROKIND_FUNCTION && !proc->proretset &&
+		  proc->prorettype == BOOLOID && proc->pronargs == 2 &&
+		  proc->proargtypes.values[0] == TEXTOID && proc->proargtypes.values[1] == TEXTOID;
+	ReleaseSysCache(tuple);
+	if (!ok)
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("%s: reconciliation function %s has the wrong signature", fn,
+			       format_procedure(func)),
+			errhint("It must be a function (scope text, key text) RETURNS boolean that "
+				"says whether the effect happened."));
+	if (pg_proc_aclcheck(func, role, ACL_EXECUTE) != ACLCHECK_OK)
+		ereport(ERROR, errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			errmsg("%s: permission denied for function %s", fn, format_procedure(func)));
+}
+
+} // namespace
+
+} // namespace idem
+
+// idem_configure(scope, ttl, lease, max_attempts, on_fingerprint_mismatch,
+//                reconcile_function, takeover_on_disconnect) RETURNS idem_scopes
+// Sets every setting of the scope at once; a NULL means "the default".
+IDEM_SQL_FUNCTION(idem_configure)
+{
+	static const char fn[] = "idem_configure";
+	// Validates the scope like every other function (the key is a dummy).
+	text *scope = PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0);
+	idem::record_ref(fn, scope, cstring_to_text("-"));
+	if (!PG_ARGISNULL(1))
+		idem::check_positive_interval(fn, "ttl", PG_GETARG_INTERVAL_P(1));
+	if (!PG_ARGISNULL(2))
+		idem::check_positive_interval(fn, "lease", PG_GETARG_INTERVAL_P(2));
+	if (!PG_ARGISNULL(3) && PG_GETARG_INT32(3) < 1)
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("%s: max_attempts must be at least 1", fn));
+	if (!PG_ARGISNULL(4)) {
+		char *policy = text_to_cstring(PG_GETARG_TEXT_PP(4));
+		if (strcmp(policy, "error") != 0 && strcmp(policy, "status") != 0)
+			ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				errmsg("%s: on_fingerprint_mismatch must be 'error' or 'status'", fn),
+				errdetail("The value given was \"%s\".", policy));
+	}
+	// The role that configures the scope is the one its reconciliation
+	// function will run as (this function itself runs as the owner).
+	Oid configured_by = GetOuterUserId();
+	if (!PG_ARGISNULL(5))
+		idem::check_reconcile_function(fn, PG_GETARG_OID(5), configured_by);
+
+	const idem::ExtensionObjects &objects = idem::extension_objects();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pg_idem: SPI_connect failed");
+	char *sql = psprintf(
+	    "INSERT INTO %s AS s (scope, ttl, lease, max_attempts, on_fingerprint_mismatch, "
+	    "reconcile_function, takeover_on_disconnect, configured_by, configured_at) "
+	    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, pg_catalog.now()) "
+	    "ON CONFLICT (scope) DO UPDATE SET ttl = EXCLUDED.ttl, lease = EXCLUDED.lease, "
+	    "max_attempts = EXCLUDED.max_attempts, "
+	    "on_fingerprint_mismatch = EXCLUDED.on_fingerprint_mismatch, "
+	    "reconcile_function = EXCLUDED.reconcile_function, "
+	    "takeover_on_disconnect = EXCLUDED.takeover_on_disconnect, "
+	    "configured_by = EXCLUDED.configured_by, configured_at = EXCLUDED.configured_at "
+	    "RETURNING s.*",
+	    objects.scopes_name);
+	Oid types[] = {TEXTOID, INTERVALOID, INTERVALOID, INT4OID, TEXTOID, REGPROCEDUREOID, BOOLOID,
+		       REGROLEOID};
+	Datum values[8];
+	char nulls[8];
+	for (int i = 0; i < 7; i++) {
+		values[i] = PG_ARGISNULL(i) ? 0 : PG_GETARG_DATUM(i);
+		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
+	}
+	values[7] = ObjectIdGetDatum(configured_by);
+	nulls[7] = ' ';
+	int rc = SPI_execute_with_args(sql, 8, types, values, nulls, false, 1);
+	if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
+		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
+	CacheInvalidateRelcacheByRelid(objects.scopes);
+	HeapTupleHeader row = SPI_returntuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
+	SPI_finish();
+	PG_RETURN_HEAPTUPLEHEADER(row);
+}

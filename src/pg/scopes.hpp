@@ -1,0 +1,37 @@
+// Per-scope settings (idem_scopes, written by idem_configure), with the
+// pg_idem.default_* parameters filled in where a scope says nothing. Read on
+// every claim, so they are cached per backend; idem_configure invalidates
+// every backend's cache when it commits. Include after postgres.h.
+#pragma once
+
+extern "C" {
+#include "datatype/timestamp.h"
+}
+
+namespace idem {
+
+struct ScopeSettings {
+	bool has_ttl;
+	Interval ttl;
+	bool has_lease;
+	Interval lease;
+	int max_attempts;
+	bool mismatch_is_error;
+	bool takeover_on_disconnect;
+	Oid reconcile_function; // InvalidOid when none
+	Oid configured_by;
+};
+
+// The settings of `scope` (a validated scope text).
+ScopeSettings scope_settings(text *scope);
+
+// now + the record TTL: the call's, else the scope's, else the default.
+TimestampTz record_expiry(const char *fn, TimestampTz now, Interval *call_ttl,
+			  const ScopeSettings &settings);
+
+// `interval` must be positive; errors name `what`.
+void check_positive_interval(const char *fn, const char *what, Interval *interval);
+
+void scopes_register_callbacks();
+
+} // namespace idem

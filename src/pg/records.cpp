@@ -1,25 +1,26 @@
 // The managed dedup table and the one way a key is claimed in it.
 //
-// Claiming (records_try_insert) loops over three steps until one decides:
+// Claiming (records_try_insert) does what INSERT ... ON CONFLICT
+// (key_digest) DO NOTHING does, built from the executor's own pieces
+// (insert_record), with one addition for expiry:
 //
-//   1. Probe the primary key (key_digest) directly, below SQL, with an MVCC
-//      snapshot: the latest one in READ COMMITTED, the transaction's in
-//      REPEATABLE READ and SERIALIZABLE. A live record means "duplicate" at
-//      the cost of one index lookup, with no write and no transaction id.
-//   2. No record: what INSERT ... ON CONFLICT (key_digest) DO NOTHING does,
-//      built from the executor's own pieces (insert_record): a pre-check
-//      that waits for a concurrent uncommitted holder of the key, then a
-//      speculative insertion. If the holder committed, nothing is inserted
-//      and the loop probes again (and now sees it); if it rolled back, our
-//      row goes in.
-//   3. An expired record (past expires_at and not in progress) counts as
-//      absent: UPDATE it back to life WHERE it is still expired. The row lock
-//      orders concurrent takeovers; in READ COMMITTED the loser's WHERE is
-//      rechecked against the winner's row and matches nothing.
+//   1. The pre-check looks the digest up in the primary key with a dirty
+//      snapshot: it sees the latest committed record, and waits for a
+//      concurrent transaction that holds the key uncommitted (if that one
+//      rolls back, the key is free again).
+//   2. No record: a speculative insertion, re-checked against a concurrent
+//      insert of the same key, exactly as ExecInsert does.
+//   3. A record that is live is a duplicate: nothing is written, and no
+//      transaction id is needed. One that has expired (past expires_at and
+//      not in progress) counts as absent: it is UPDATEd back to life WHERE it
+//      is still expired. The row lock orders concurrent takeovers; in READ
+//      COMMITTED the loser's WHERE is rechecked against the winner's row and
+//      matches nothing, and the loop looks again.
 //
 // So the function never raises unique_violation and needs no subtransaction.
-// In REPEATABLE READ and SERIALIZABLE, step 2 and 3 raise serialization
-// failures (40001) exactly where INSERT ... ON CONFLICT DO NOTHING would.
+// In REPEATABLE READ and SERIALIZABLE, a record the transaction's snapshot
+// cannot see, and a concurrent takeover, raise serialization failures
+// (40001) exactly where INSERT ... ON CONFLICT DO NOTHING and UPDATE would.
 //
 // Every statement text is schema-qualified and uses OPERATOR(pg_catalog.x):
 // these run as the table owner (the functions are SECURITY DEFINER), so the
@@ -76,79 +77,50 @@ bool same_text(Datum stored, const text *given)
 	       memcmp(VARDATA_ANY(s), VARDATA_ANY(given), len) == 0;
 }
 
-enum class Found { absent, live, expired };
+// What a claim found: its own new record, or someone's live or expired one.
+enum class Found { inserted, live, expired };
 
-// Looks the digest up under `snapshot`. A digest match with another scope or
-// key is a SHA-256 prefix collision: an error, never a false duplicate.
-Found probe(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now, Snapshot snapshot)
+// The record that holds the key (as found by the pre-check, so committed or
+// our own). In REPEATABLE READ and SERIALIZABLE, one our snapshot cannot see
+// is a serialization failure, as in ON CONFLICT DO NOTHING (nodeModifyTable.c,
+// ExecCheckTIDVisible). A digest match with another scope or key is a
+// SHA-256 prefix collision: an error, never a false duplicate.
+Found classify_conflict(const ExtensionObjects &loc, Relation rel, ItemPointer tid,
+			TupleTableSlot *slot, const RecordRef &ref, TimestampTz now)
 {
-	Relation rel = table_open(loc.records, AccessShareLock);
-	ScanKeyData skey;
-	ScanKeyInit(&skey, col_key_digest, BTEqualStrategyNumber, F_BYTEAEQ,
-		    PointerGetDatum(ref.digest));
-	SysScanDesc scan = systable_beginscan(rel, loc.records_pkey, true, snapshot, 1, &skey);
-
-	Found found = Found::absent;
-	HeapTuple tuple = systable_getnext(scan);
-	if (HeapTupleIsValid(tuple)) {
-		TupleDesc desc = RelationGetDescr(rel);
-		bool isnull;
-		Datum scope = heap_getattr(tuple, col_scope, desc, &isnull);
-		Datum key = heap_getattr(tuple, col_key, desc, &isnull);
-		if (!same_text(scope, ref.scope) || !same_text(key, ref.key))
-			ereport(ERROR, errcode(ERRCODE_INTERNAL_ERROR),
-				errmsg("pg_idem key digest collision"),
-				errdetail("Scope \"%s\" and another (scope, key) share a digest.",
-					  text_to_cstring(ref.scope)),
-				errhint("Report this: it is a SHA-256 prefix collision."));
-		Oid status = DatumGetObjectId(heap_getattr(tuple, col_status, desc, &isnull));
-		TimestampTz expires_at =
-		    DatumGetTimestampTz(heap_getattr(tuple, col_expires_at, desc, &isnull));
-		bool expired = expires_at <= now && status != loc.status_in_progress;
-		found = expired ? Found::expired : Found::live;
-	}
-	systable_endscan(scan);
-	table_close(rel, NoLock);
-	return found;
-}
-
-// The snapshot a probe must use to answer as INSERT ... ON CONFLICT would.
-Snapshot probe_snapshot()
-{
-	Snapshot snap = RegisterSnapshot(IsolationUsesXactSnapshot() ? GetTransactionSnapshot()
-								     : GetLatestSnapshot());
-	// See our own earlier claims in this transaction, as a new command would.
-	snap->curcid = GetCurrentCommandId(false);
-	return snap;
-}
-
-// In REPEATABLE READ and SERIALIZABLE, a conflicting record our snapshot
-// cannot see is a serialization failure, as in ON CONFLICT DO NOTHING
-// (nodeModifyTable.c, ExecCheckTIDVisible).
-void check_conflict_visible(Relation rel, ItemPointer tid, TupleTableSlot *slot)
-{
-	if (!IsolationUsesXactSnapshot())
-		return;
 	if (!table_tuple_fetch_row_version(rel, tid, SnapshotAny, slot))
 		elog(ERROR, "pg_idem: failed to fetch conflicting record");
 	bool isnull;
-	TransactionId xmin =
-	    DatumGetTransactionId(slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull));
-	if (!table_tuple_satisfies_snapshot(rel, slot, GetTransactionSnapshot()) &&
-	    !TransactionIdIsCurrentTransactionId(xmin))
-		ereport(ERROR, errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-			errmsg("could not serialize access due to concurrent update"));
+	if (IsolationUsesXactSnapshot()) {
+		TransactionId xmin = DatumGetTransactionId(
+		    slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull));
+		if (!table_tuple_satisfies_snapshot(rel, slot, GetTransactionSnapshot()) &&
+		    !TransactionIdIsCurrentTransactionId(xmin))
+			ereport(ERROR, errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+				errmsg("could not serialize access due to concurrent update"));
+	}
+	if (!same_text(slot_getattr(slot, col_scope, &isnull), ref.scope) ||
+	    !same_text(slot_getattr(slot, col_key, &isnull), ref.key))
+		ereport(ERROR, errcode(ERRCODE_INTERNAL_ERROR),
+			errmsg("pg_idem key digest collision"),
+			errdetail("Scope \"%s\" and another (scope, key) share a digest.",
+				  text_to_cstring(ref.scope)),
+			errhint("Report this: it is a SHA-256 prefix collision."));
+	Oid status = DatumGetObjectId(slot_getattr(slot, col_status, &isnull));
+	TimestampTz expires_at = DatumGetTimestampTz(slot_getattr(slot, col_expires_at, &isnull));
 	ExecClearTuple(slot);
+	return expires_at <= now && status != loc.status_in_progress ? Found::expired
+								      : Found::live;
 }
 
 // INSERT ... ON CONFLICT (key_digest) DO NOTHING, done with the executor's
 // own building blocks instead of a planned statement: the same pre-check,
-// speculative insertion token and re-check as ExecInsert uses, minus the
-// parse, plan and executor start-up that dominate a one-row insert. Returns
-// whether the record was inserted; false means a committed (or our own)
-// record holds the key.
-bool insert_record(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now,
-		   TimestampTz expires_at)
+// speculative insertion token and re-check as ExecInsert, minus the parse,
+// plan and executor start-up that dominate a one-row insert. The pre-check
+// sees the latest committed record and waits for an uncommitted one, so a
+// duplicate costs one index lookup and no write.
+Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now,
+		    TimestampTz expires_at)
 {
 	Relation rel = table_open(loc.records, RowExclusiveLock);
 	EState *estate = CreateExecutorState();
@@ -178,14 +150,14 @@ bool insert_record(const ExtensionObjects &loc, const RecordRef &ref, TimestampT
 	set(col_expires_at, TimestampTzGetDatum(expires_at));
 	ExecStoreVirtualTuple(slot);
 
-	bool inserted;
+	Found found;
 	for (;;) {
 		CHECK_FOR_INTERRUPTS();
 		ItemPointerData conflict;
 		if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict, arbiters)) {
-			check_conflict_visible(rel, &conflict,
-					       table_slot_create(rel, &estate->es_tupleTable));
-			inserted = false;
+			found = classify_conflict(loc, rel, &conflict,
+						  table_slot_create(rel, &estate->es_tupleTable), ref,
+						  now);
 			break;
 		}
 		TransactionId xid = GetCurrentTransactionId();
@@ -197,7 +169,9 @@ bool insert_record(const ExtensionObjects &loc, const RecordRef &ref, TimestampT
 		table_tuple_complete_speculative(rel, slot, token, !spec_conflict);
 		SpeculativeInsertionLockRelease(xid);
 		if (!spec_conflict) {
-			inserted = true;
+			found = Found::inserted;
+			// Let later claims in this transaction see it, as a new command would.
+			CommandCounterIncrement();
 			break;
 		}
 		// Lost a race after the pre-check: check again, which now waits.
@@ -207,9 +181,7 @@ bool insert_record(const ExtensionObjects &loc, const RecordRef &ref, TimestampT
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	FreeExecutorState(estate);
 	table_close(rel, NoLock);
-	// Let the next probe of this transaction see what was just written.
-	CommandCounterIncrement();
-	return inserted;
+	return found;
 }
 
 Statement *takeover_statement(const ExtensionObjects &loc)
@@ -231,7 +203,7 @@ uint64 run(Statement *st, Datum *values)
 	int rc = SPI_execute_plan(st->plan, values, NULL, false, 0);
 	if (rc != SPI_OK_UPDATE)
 		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
-	// Let the next probe of this transaction see what was just written.
+	// Let later claims in this transaction see what was just written.
 	CommandCounterIncrement();
 	return SPI_processed;
 }
@@ -303,25 +275,19 @@ RecordRef record_ref(const char *fn, text *scope, text *key)
 bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at)
 {
 	const ExtensionObjects &loc = extension_objects();
-
-	for (int round = 0;; round++) {
-		if (round == max_rounds)
-			elog(ERROR, "pg_idem: could not settle the state of a key after %d rounds",
-			     max_rounds);
-
-		Snapshot snapshot = probe_snapshot();
-		Found found = probe(loc, ref, now, snapshot);
-		UnregisterSnapshot(snapshot);
-
-		if (found == Found::live)
-			return false;
-		if (found == Found::absent) {
-			if (insert_record(loc, ref, now, expires_at))
-				return true;
-		} else if (take_over_expired(loc, ref, now, expires_at)) {
+	for (int round = 0; round < max_rounds; round++) {
+		switch (insert_record(loc, ref, now, expires_at)) {
+		case Found::inserted:
 			return true;
+		case Found::live:
+			return false;
+		case Found::expired:
+			if (take_over_expired(loc, ref, now, expires_at))
+				return true;
+			break; // someone renewed or purged it first: look again
 		}
 	}
+	elog(ERROR, "pg_idem: could not settle the state of a key after %d rounds", max_rounds);
 }
 
 } // namespace idem

@@ -463,6 +463,21 @@ IDEM_SQL_FUNCTION(idem_begin)
 	    PG_ARGISNULL(5) ? args.settings.takeover_on_disconnect : PG_GETARG_BOOL(5);
 	args.mismatch_is_error = args.settings.mismatch_is_error;
 
+	// The common case, a key seen for the first time, is one insertion
+	// below SQL (with ON CONFLICT DO NOTHING's semantics); anything else is
+	// decided under the record's row lock.
+	TimestampTz now = GetCurrentTimestamp();
+	const idem::ExtensionObjects &objects = idem::extension_objects();
+	idem::NewRecord claim = {objects.status_in_progress,
+				 now,
+				 idem::record_expiry(args.fn, now, NULL, args.settings),
+				 lease_end(args, now),
+				 MyProcPid,
+				 MyStartTimestamp,
+				 args.fingerprint};
+	if (idem::records_insert(args.ref, claim))
+		return claim_datum(fcinfo, Claim{"acquired", 1, 0, claim.lease_expires_at, NULL});
+
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	// Waiting needs fresh snapshots; under REPEATABLE READ it would only

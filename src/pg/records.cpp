@@ -67,6 +67,10 @@ enum RecordColumn : AttrNumber {
 	col_attempt_base = 6,
 	col_recorded_at = 7,
 	col_expires_at = 8,
+	col_lease_expires_at = 9,
+	col_holder_pid = 10,
+	col_holder_started_at = 11,
+	col_fingerprint = 12,
 };
 
 bool same_text(Datum stored, const text *given)
@@ -119,8 +123,7 @@ Found classify_conflict(const ExtensionObjects &loc, Relation rel, ItemPointer t
 // plan and executor start-up that dominate a one-row insert. The pre-check
 // sees the latest committed record and waits for an uncommitted one, so a
 // duplicate costs one index lookup and no write.
-Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now,
-		    TimestampTz expires_at)
+Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, const NewRecord &record)
 {
 	Relation rel = table_open(loc.records, RowExclusiveLock);
 	EState *estate = CreateExecutorState();
@@ -143,11 +146,19 @@ Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, Timestamp
 	set(col_key_digest, PointerGetDatum(ref.digest));
 	set(col_scope, PointerGetDatum(ref.scope));
 	set(col_key, PointerGetDatum(ref.key));
-	set(col_status, ObjectIdGetDatum(loc.status_completed));
+	set(col_status, ObjectIdGetDatum(record.status));
 	set(col_attempts, Int32GetDatum(1));
 	set(col_attempt_base, Int32GetDatum(0));
-	set(col_recorded_at, TimestampTzGetDatum(now));
-	set(col_expires_at, TimestampTzGetDatum(expires_at));
+	set(col_recorded_at, TimestampTzGetDatum(record.recorded_at));
+	set(col_expires_at, TimestampTzGetDatum(record.expires_at));
+	if (record.lease_expires_at != 0)
+		set(col_lease_expires_at, TimestampTzGetDatum(record.lease_expires_at));
+	if (record.holder_pid != 0) {
+		set(col_holder_pid, Int32GetDatum(record.holder_pid));
+		set(col_holder_started_at, TimestampTzGetDatum(record.holder_started_at));
+	}
+	if (record.fingerprint != NULL)
+		set(col_fingerprint, PointerGetDatum(record.fingerprint));
 	ExecStoreVirtualTuple(slot);
 
 	Found found;
@@ -157,7 +168,7 @@ Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, Timestamp
 		if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict, arbiters)) {
 			found = classify_conflict(loc, rel, &conflict,
 						  table_slot_create(rel, &estate->es_tupleTable), ref,
-						  now);
+						  record.recorded_at);
 			break;
 		}
 		TransactionId xid = GetCurrentTransactionId();
@@ -272,11 +283,17 @@ RecordRef record_ref(const char *fn, text *scope, text *key)
 	return RecordRef{scope, key, digest};
 }
 
+bool records_insert(const RecordRef &ref, const NewRecord &record)
+{
+	return insert_record(extension_objects(), ref, record) == Found::inserted;
+}
+
 bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at)
 {
 	const ExtensionObjects &loc = extension_objects();
+	NewRecord record = {loc.status_completed, now, expires_at, 0, 0, 0, NULL};
 	for (int round = 0; round < max_rounds; round++) {
-		switch (insert_record(loc, ref, now, expires_at)) {
+		switch (insert_record(loc, ref, record)) {
 		case Found::inserted:
 			return true;
 		case Found::live:

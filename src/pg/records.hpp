@@ -19,6 +19,22 @@ struct RecordRef {
 // computes the digest. `fn` names the SQL function in error messages.
 RecordRef record_ref(const char *fn, text *scope, text *key);
 
+// The contents of a new record, besides its key.
+struct NewRecord {
+	Oid status; // a label of idem_status
+	TimestampTz recorded_at;
+	TimestampTz expires_at;
+	TimestampTz lease_expires_at; // 0: none
+	int holder_pid;		      // 0: none
+	TimestampTz holder_started_at;
+	text *fingerprint; // NULL: none
+};
+
+// Inserts the record unless the key already has one, with the semantics of
+// INSERT ... ON CONFLICT DO NOTHING (waiting for an uncommitted holder of
+// the key). Returns whether it was inserted.
+bool records_insert(const RecordRef &ref, const NewRecord &record);
+
 // Claims the key as a completed record in the caller's transaction. Returns
 // false when a live record exists (committed, or committed by a concurrent
 // transaction this call waited for); true when this transaction now owns it.

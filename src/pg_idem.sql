@@ -11,12 +11,13 @@
 -- protocol.
 CREATE TYPE @extschema@.idem_status AS ENUM ('in_progress', 'completed', 'failed', 'dead');
 
--- The managed dedup table: one row per (scope, key), found through a
--- 16-byte digest so that keys of any length (up to 1 MB) can be indexed.
--- Scope and key are stored whole and compared on every digest match; see
--- src/core/record_key.hpp. Only pg_idem's functions write it.
+-- The managed dedup table: one row per (scope, key), found through its key
+-- id: the scope and key themselves when short, a SHA-256 when long, so that
+-- keys of any length (up to 1 MB) can be indexed. Scope and key are stored
+-- whole and compared on every match; see src/core/record_key.hpp. Only
+-- pg_idem's functions write it.
 CREATE TABLE @extschema@.idem_records (
-    key_digest       bytea NOT NULL,
+    key_id       bytea NOT NULL,
     scope            text NOT NULL,
     key              text NOT NULL,
     status           @extschema@.idem_status NOT NULL,
@@ -30,7 +31,7 @@ CREATE TABLE @extschema@.idem_records (
     fingerprint      text,
     result           jsonb,
     last_error       text,
-    CONSTRAINT idem_records_pkey PRIMARY KEY (key_digest)
+    CONSTRAINT idem_records_pkey PRIMARY KEY (key_id)
 );
 
 COMMENT ON COLUMN @extschema@.idem_records.attempts IS

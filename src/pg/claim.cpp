@@ -140,12 +140,12 @@ Record read_record(const idem::RecordRef &ref, bool lock)
 	static const char columns[] =
 	    "SELECT scope, key, status, attempts, attempt_base, expires_at, lease_expires_at, "
 	    "holder_pid, holder_started_at, fingerprint, result, last_error FROM %s "
-	    "WHERE key_digest OPERATOR(pg_catalog.=) $1";
+	    "WHERE key_id OPERATOR(pg_catalog.=) $1";
 	Oid types[] = {BYTEAOID};
 	idem::Statement *st =
 	    lock ? prepare("claim:lock", psprintf("%s FOR UPDATE", columns), 1, types)
 		 : prepare("claim:read", columns, 1, types);
-	Datum values[] = {PointerGetDatum(ref.digest)};
+	Datum values[] = {PointerGetDatum(ref.id)};
 	int rc = SPI_execute_plan(st->plan, values, NULL, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
@@ -163,7 +163,7 @@ Record read_record(const idem::RecordRef &ref, bool lock)
 	text *key = DatumGetTextPP(SPI_getbinval(row, desc, 2, &isnull));
 	if (!same_text(scope, ref.scope) || !same_text(key, ref.key))
 		ereport(ERROR, errcode(ERRCODE_INTERNAL_ERROR),
-			errmsg("pg_idem key digest collision"),
+			errmsg("pg_idem key id collision"),
 			errhint("Report this: it is a SHA-256 prefix collision."));
 	r.exists = true;
 	r.state = state_of(DatumGetObjectId(SPI_getbinval(row, desc, 3, &isnull)));
@@ -242,7 +242,7 @@ TimestampTz lease_end(const BeginArgs &args, TimestampTz now)
 bool write_claim(const BeginArgs &args, bool exists, int attempt, int attempt_base,
 		 TimestampTz now)
 {
-	Datum values[] = {PointerGetDatum(args.ref.digest),
+	Datum values[] = {PointerGetDatum(args.ref.id),
 			  PointerGetDatum(args.ref.scope),
 			  PointerGetDatum(args.ref.key),
 			  Int32GetDatum(attempt),
@@ -261,10 +261,10 @@ bool write_claim(const BeginArgs &args, bool exists, int attempt, int attempt_ba
 	if (!exists) {
 		idem::Statement *st = prepare(
 		    "claim:insert",
-		    "INSERT INTO %s (key_digest, scope, key, status, attempts, attempt_base, "
+		    "INSERT INTO %s (key_id, scope, key, status, attempts, attempt_base, "
 		    "recorded_at, expires_at, lease_expires_at, holder_pid, holder_started_at, "
 		    "fingerprint) VALUES ($1, $2, $3, 'in_progress', $4, $5, $6, $7, $8, $9, $10, "
-		    "$11) ON CONFLICT (key_digest) DO NOTHING",
+		    "$11) ON CONFLICT (key_id) DO NOTHING",
 		    11, types);
 		return run(st, values, nulls, SPI_OK_INSERT) == 1;
 	}
@@ -277,7 +277,7 @@ bool write_claim(const BeginArgs &args, bool exists, int attempt, int attempt_ba
 	    "holder_started_at = $10, "
 	    "fingerprint = CASE WHEN $4 OPERATOR(pg_catalog.=) 1 THEN $11 "
 	    "ELSE COALESCE($11, fingerprint) END, result = NULL "
-	    "WHERE key_digest OPERATOR(pg_catalog.=) $1",
+	    "WHERE key_id OPERATOR(pg_catalog.=) $1",
 	    11, types);
 	run(st, values, nulls, SPI_OK_UPDATE);
 	return true;
@@ -289,9 +289,9 @@ void mark_dead(const idem::RecordRef &ref)
 	idem::Statement *st =
 	    prepare("claim:dead",
 		    "UPDATE %s SET status = 'dead', lease_expires_at = NULL, holder_pid = NULL, "
-		    "holder_started_at = NULL WHERE key_digest OPERATOR(pg_catalog.=) $1",
+		    "holder_started_at = NULL WHERE key_id OPERATOR(pg_catalog.=) $1",
 		    1, types);
-	Datum values[] = {PointerGetDatum(ref.digest)};
+	Datum values[] = {PointerGetDatum(ref.id)};
 	run(st, values, NULL, SPI_OK_UPDATE);
 }
 
@@ -367,7 +367,7 @@ void wait_for_holder(const BeginArgs &args)
 			break;
 		long remaining = long((deadline - now) / 1000) + 1;
 		long until_lease = long((r.lease_expires_at - now) / 1000) + 1;
-		idem::claim_sleep(args.ref.digest, remaining < until_lease ? remaining : until_lease);
+		idem::claim_sleep(args.ref.id, remaining < until_lease ? remaining : until_lease);
 		// A new snapshot for the next look (READ COMMITTED only).
 		CommandCounterIncrement();
 	}
@@ -507,11 +507,11 @@ IDEM_SQL_FUNCTION(idem_complete)
 	    "claim:complete",
 	    "UPDATE %s SET status = 'completed', result = $3, recorded_at = $4, expires_at = $5, "
 	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL "
-	    "WHERE key_digest OPERATOR(pg_catalog.=) $1 "
+	    "WHERE key_id OPERATOR(pg_catalog.=) $1 "
 	    "AND status OPERATOR(pg_catalog.=) 'in_progress' "
 	    "AND attempts OPERATOR(pg_catalog.=) $2",
 	    5, types);
-	Datum values[] = {PointerGetDatum(ref.digest), Int32GetDatum(attempt),
+	Datum values[] = {PointerGetDatum(ref.id), Int32GetDatum(attempt),
 			  PG_ARGISNULL(3) ? 0 : PG_GETARG_DATUM(3), TimestampTzGetDatum(now),
 			  TimestampTzGetDatum(idem::record_expiry(fn, now, NULL, settings))};
 	char nulls[] = "     ";
@@ -519,7 +519,7 @@ IDEM_SQL_FUNCTION(idem_complete)
 		nulls[2] = 'n';
 	if (run(st, values, nulls, SPI_OK_UPDATE) == 0)
 		refuse_not_holder(fn, ref, attempt, read_record(ref, false));
-	idem::claim_wake_at_commit(ref.digest);
+	idem::claim_wake_at_commit(ref.id);
 	SPI_finish();
 	PG_RETURN_VOID();
 }
@@ -555,13 +555,13 @@ IDEM_SQL_FUNCTION(idem_fail)
 	    "claim:fail",
 	    "UPDATE %s SET status = $2, last_error = $3, recorded_at = $4, expires_at = $5, "
 	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL "
-	    "WHERE key_digest OPERATOR(pg_catalog.=) $1",
+	    "WHERE key_id OPERATOR(pg_catalog.=) $1",
 	    5, types);
-	Datum values[] = {PointerGetDatum(ref.digest), ObjectIdGetDatum(status_oid(outcome)),
+	Datum values[] = {PointerGetDatum(ref.id), ObjectIdGetDatum(status_oid(outcome)),
 			  PG_GETARG_DATUM(3), TimestampTzGetDatum(now),
 			  TimestampTzGetDatum(idem::record_expiry(fn, now, NULL, settings))};
 	run(st, values, NULL, SPI_OK_UPDATE);
-	idem::claim_wake_at_commit(ref.digest);
+	idem::claim_wake_at_commit(ref.id);
 	SPI_finish();
 	PG_RETURN_OID(status_oid(outcome));
 }

@@ -20,6 +20,7 @@ extern "C" {
 #include "utils/wait_event.h"
 }
 
+#include "core/record_key.hpp"
 #include "pg/claim_wait.hpp"
 
 #include <cstring>
@@ -43,10 +44,11 @@ uint64 pending[buckets / 64];
 bool callback_registered = false;
 bool sleeping = false;
 
-int bucket_of(const bytea *digest)
+int bucket_of(const bytea *key_id)
 {
-	const unsigned char *d = reinterpret_cast<const unsigned char *>(VARDATA_ANY(digest));
-	return d[0] % buckets;
+	return int(key_id_hash(reinterpret_cast<const uint8_t *>(VARDATA_ANY(key_id)),
+			       VARSIZE_ANY_EXHDR(key_id)) %
+		   buckets);
 }
 
 void at_transaction_end(XactEvent event, void *)
@@ -78,7 +80,7 @@ void claim_wait_init_shmem()
 	LWLockRelease(AddinShmemInitLock);
 }
 
-void claim_wake_at_commit(const bytea *digest)
+void claim_wake_at_commit(const bytea *key_id)
 {
 	if (shared == NULL)
 		return;
@@ -86,17 +88,17 @@ void claim_wake_at_commit(const bytea *digest)
 		RegisterXactCallback(at_transaction_end, NULL);
 		callback_registered = true;
 	}
-	int b = bucket_of(digest);
+	int b = bucket_of(key_id);
 	pending[b / 64] |= uint64(1) << (b % 64);
 }
 
-void claim_sleep(const bytea *digest, long timeout_ms)
+void claim_sleep(const bytea *key_id, long timeout_ms)
 {
 	if (timeout_ms <= 0)
 		return;
 	if (shared != NULL) {
 		sleeping = true;
-		ConditionVariableTimedSleep(&shared->cv[bucket_of(digest)],
+		ConditionVariableTimedSleep(&shared->cv[bucket_of(key_id)],
 					    timeout_ms < safety_recheck_ms ? timeout_ms
 									   : safety_recheck_ms,
 					    PG_WAIT_EXTENSION);

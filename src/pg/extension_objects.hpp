@@ -9,7 +9,7 @@ namespace idem {
 struct ExtensionObjects {
 	bool valid;
 	Oid records;	     // idem_records
-	Oid records_pkey;    // its primary key, on key_digest
+	Oid records_pkey;    // its primary key, on key_id
 	Oid scopes;	     // idem_scopes
 	Oid status_type;     // idem_status and its labels
 	Oid status_in_progress;

@@ -28,7 +28,7 @@ uint64 on_record(const char *signature, const char *sql_format, const idem::Reco
 	Oid types[] = {BYTEAOID};
 	idem::Statement *st = idem::statement_for(signature, objects.records, objects.records_name,
 						  sql_format, 1, types);
-	Datum values[] = {PointerGetDatum(ref.digest)};
+	Datum values[] = {PointerGetDatum(ref.id)};
 	if (SPI_execute_plan(st->plan, values, NULL, false, 0) < 0)
 		elog(ERROR, "pg_idem: %s failed", signature);
 	uint64 touched = SPI_processed;
@@ -54,7 +54,7 @@ IDEM_SQL_FUNCTION(idem_retry)
 	idem::RecordRef ref = operator_ref("idem_retry", fcinfo);
 	uint64 n = on_record("operator:retry",
 			     "UPDATE %s SET status = 'failed', attempt_base = attempts "
-			     "WHERE key_digest OPERATOR(pg_catalog.=) $1 "
+			     "WHERE key_id OPERATOR(pg_catalog.=) $1 "
 			     "AND status OPERATOR(pg_catalog.=) 'dead'",
 			     ref);
 	PG_RETURN_BOOL(n > 0);
@@ -66,8 +66,8 @@ IDEM_SQL_FUNCTION(idem_forget)
 {
 	idem::RecordRef ref = operator_ref("idem_forget", fcinfo);
 	uint64 n = on_record("operator:forget",
-			     "DELETE FROM %s WHERE key_digest OPERATOR(pg_catalog.=) $1", ref);
+			     "DELETE FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1", ref);
 	if (n > 0)
-		idem::claim_wake_at_commit(ref.digest);
+		idem::claim_wake_at_commit(ref.id);
 	PG_RETURN_BOOL(n > 0);
 }

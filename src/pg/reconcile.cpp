@@ -39,7 +39,7 @@ extern "C" {
 namespace {
 
 struct Candidate {
-	bytea *digest;
+	bytea *id;
 	text *scope;
 	text *key;
 	int attempts;
@@ -89,7 +89,7 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 	Oid select_types[] = {TEXTOID, INT4OID};
 	idem::Statement *select = idem::statement_for(
 	    "reconcile:select", objects.records, objects.records_name,
-	    "SELECT key_digest, scope, key, attempts, attempt_base FROM %s "
+	    "SELECT key_id, scope, key, attempts, attempt_base FROM %s "
 	    "WHERE status OPERATOR(pg_catalog.=) 'in_progress' "
 	    "AND lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() "
 	    "AND ($1 IS NULL OR scope OPERATOR(pg_catalog.=) $1) "
@@ -107,7 +107,7 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 		HeapTuple row = SPI_tuptable->vals[i];
 		TupleDesc desc = SPI_tuptable->tupdesc;
 		bool isnull;
-		candidates[i].digest = DatumGetByteaPCopy(SPI_getbinval(row, desc, 1, &isnull));
+		candidates[i].id = DatumGetByteaPCopy(SPI_getbinval(row, desc, 1, &isnull));
 		candidates[i].scope = DatumGetTextPCopy(SPI_getbinval(row, desc, 2, &isnull));
 		candidates[i].key = DatumGetTextPCopy(SPI_getbinval(row, desc, 3, &isnull));
 		candidates[i].attempts = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
@@ -121,7 +121,7 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
 	    "last_error = CASE WHEN $3 OPERATOR(pg_catalog.=) 'completed' "
 	    "THEN last_error ELSE 'reconciled: the effect did not happen' END "
-	    "WHERE key_digest OPERATOR(pg_catalog.=) $1 "
+	    "WHERE key_id OPERATOR(pg_catalog.=) $1 "
 	    "AND status OPERATOR(pg_catalog.=) 'in_progress' "
 	    "AND attempts OPERATOR(pg_catalog.=) $2",
 	    5, update_types);
@@ -149,14 +149,14 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 					outcome = dead ? "dead" : "failed";
 				}
 				TimestampTz now = GetCurrentTimestamp();
-				Datum values[] = {PointerGetDatum(c.digest), Int32GetDatum(c.attempts),
+				Datum values[] = {PointerGetDatum(c.id), Int32GetDatum(c.attempts),
 						  ObjectIdGetDatum(status), TimestampTzGetDatum(now),
 						  TimestampTzGetDatum(
 						      idem::record_expiry(fn, now, NULL, settings))};
 				if (SPI_execute_plan(update->plan, values, NULL, false, 0) !=
 				    SPI_OK_UPDATE)
 					elog(ERROR, "pg_idem: reconciliation update failed");
-				idem::claim_wake_at_commit(c.digest);
+				idem::claim_wake_at_commit(c.id);
 			}
 		}
 		Datum out[] = {PointerGetDatum(c.scope), PointerGetDatum(c.key),

@@ -1,10 +1,10 @@
 // The managed dedup table and the one way a key is claimed in it.
 //
 // Claiming (records_try_insert) does what INSERT ... ON CONFLICT
-// (key_digest) DO NOTHING does, built from the executor's own pieces
+// (key_id) DO NOTHING does, built from the executor's own pieces
 // (insert_record), with one addition for expiry:
 //
-//   1. The pre-check looks the digest up in the primary key with a dirty
+//   1. The pre-check looks the key id up in the primary key with a dirty
 //      snapshot: it sees the latest committed record, and waits for a
 //      concurrent transaction that holds the key uncommitted (if that one
 //      rolls back, the key is free again).
@@ -59,7 +59,7 @@ namespace {
 
 // Column numbers of idem_records, in the order src/pg_idem.sql creates them.
 enum RecordColumn : AttrNumber {
-	col_key_digest = 1,
+	col_key_id = 1,
 	col_scope = 2,
 	col_key = 3,
 	col_status = 4,
@@ -87,7 +87,7 @@ enum class Found { inserted, live, expired };
 // The record that holds the key (as found by the pre-check, so committed or
 // our own). In REPEATABLE READ and SERIALIZABLE, one our snapshot cannot see
 // is a serialization failure, as in ON CONFLICT DO NOTHING (nodeModifyTable.c,
-// ExecCheckTIDVisible). A digest match with another scope or key is a
+// ExecCheckTIDVisible). A key id match with another scope or key is a
 // SHA-256 prefix collision: an error, never a false duplicate.
 Found classify_conflict(const ExtensionObjects &loc, Relation rel, ItemPointer tid,
 			TupleTableSlot *slot, const RecordRef &ref, TimestampTz now)
@@ -106,8 +106,8 @@ Found classify_conflict(const ExtensionObjects &loc, Relation rel, ItemPointer t
 	if (!same_text(slot_getattr(slot, col_scope, &isnull), ref.scope) ||
 	    !same_text(slot_getattr(slot, col_key, &isnull), ref.key))
 		ereport(ERROR, errcode(ERRCODE_INTERNAL_ERROR),
-			errmsg("pg_idem key digest collision"),
-			errdetail("Scope \"%s\" and another (scope, key) share a digest.",
+			errmsg("pg_idem key id collision"),
+			errdetail("Scope \"%s\" and another (scope, key) share a key id.",
 				  text_to_cstring(ref.scope)),
 			errhint("Report this: it is a SHA-256 prefix collision."));
 	Oid status = DatumGetObjectId(slot_getattr(slot, col_status, &isnull));
@@ -117,7 +117,7 @@ Found classify_conflict(const ExtensionObjects &loc, Relation rel, ItemPointer t
 								      : Found::live;
 }
 
-// INSERT ... ON CONFLICT (key_digest) DO NOTHING, done with the executor's
+// INSERT ... ON CONFLICT (key_id) DO NOTHING, done with the executor's
 // own building blocks instead of a planned statement: the same pre-check,
 // speculative insertion token and re-check as ExecInsert, minus the parse,
 // plan and executor start-up that dominate a one-row insert. The pre-check
@@ -143,7 +143,7 @@ Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, const New
 		slot->tts_values[col - 1] = value;
 		slot->tts_isnull[col - 1] = false;
 	};
-	set(col_key_digest, PointerGetDatum(ref.digest));
+	set(col_key_id, PointerGetDatum(ref.id));
 	set(col_scope, PointerGetDatum(ref.scope));
 	set(col_key, PointerGetDatum(ref.key));
 	set(col_status, ObjectIdGetDatum(record.status));
@@ -203,7 +203,7 @@ Statement *takeover_statement(const ExtensionObjects &loc)
 			     "recorded_at = $2, expires_at = $3, lease_expires_at = NULL, "
 			     "holder_pid = NULL, holder_started_at = NULL, "
 			     "fingerprint = NULL, result = NULL, last_error = NULL "
-			     "WHERE key_digest OPERATOR(pg_catalog.=) $1 "
+			     "WHERE key_id OPERATOR(pg_catalog.=) $1 "
 			     "AND expires_at OPERATOR(pg_catalog.<=) $2 "
 			     "AND status OPERATOR(pg_catalog.<>) 'in_progress'",
 			     3, types);
@@ -226,7 +226,7 @@ bool take_over_expired(const ExtensionObjects &loc, const RecordRef &ref, Timest
 {
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
-	Datum values[] = {PointerGetDatum(ref.digest), TimestampTzGetDatum(now),
+	Datum values[] = {PointerGetDatum(ref.id), TimestampTzGetDatum(now),
 			  TimestampTzGetDatum(expires_at)};
 	bool taken = run(takeover_statement(loc), values) == 1;
 	SPI_finish();
@@ -276,11 +276,11 @@ RecordRef record_ref(const char *fn, text *scope, text *key)
 		break;
 	}
 
-	bytea *digest = static_cast<bytea *>(palloc(VARHDRSZ + record_digest_size));
-	SET_VARSIZE(digest, VARHDRSZ + record_digest_size);
-	record_digest(VARDATA_ANY(scope), scope_len, VARDATA_ANY(key), key_len,
-		      reinterpret_cast<uint8_t *>(VARDATA(digest)));
-	return RecordRef{scope, key, digest};
+	bytea *id = static_cast<bytea *>(palloc(VARHDRSZ + max_key_id_bytes));
+	size_t id_len = record_key_id(VARDATA_ANY(scope), scope_len, VARDATA_ANY(key), key_len,
+				      reinterpret_cast<uint8_t *>(VARDATA(id)));
+	SET_VARSIZE(id, VARHDRSZ + id_len);
+	return RecordRef{scope, key, id};
 }
 
 bool records_insert(const RecordRef &ref, const NewRecord &record)

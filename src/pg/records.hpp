@@ -8,15 +8,16 @@ extern "C" {
 
 namespace idem {
 
-// A validated (scope, key) and its digest, all palloc'd.
+// A validated (scope, key) and its key id (see src/core/record_key.hpp),
+// all palloc'd.
 struct RecordRef {
 	text *scope;
 	text *key;
-	bytea *digest;
+	bytea *id;
 };
 
 // Validates scope and key (errors with SQLSTATE 22004, 22023 or 54000) and
-// computes the digest. `fn` names the SQL function in error messages.
+// computes the key id. `fn` names the SQL function in error messages.
 RecordRef record_ref(const char *fn, text *scope, text *key);
 
 // The contents of a new record, besides its key.

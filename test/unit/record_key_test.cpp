@@ -2,42 +2,79 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
+#include <set>
 #include <string>
 
 namespace {
 
-std::string digest(const std::string &scope, const std::string &key)
+std::string id(const std::string &scope, const std::string &key)
 {
-	uint8_t out[idem::record_digest_size];
-	idem::record_digest(scope.data(), scope.size(), key.data(), key.size(), out);
-	return std::string(reinterpret_cast<char *>(out), sizeof out);
+	uint8_t out[idem::max_key_id_bytes];
+	size_t n = idem::record_key_id(scope.data(), scope.size(), key.data(), key.size(), out);
+	return std::string(reinterpret_cast<char *>(out), n);
 }
 
-TEST(RecordKey, DigestIsStable)
+std::string hex(const std::string &bytes)
 {
-	// Pinned: changing the digest would orphan every record already stored.
-	std::string d = digest("points", "order-1");
 	static const char digits[] = "0123456789abcdef";
-	std::string hex;
-	for (unsigned char b : d) {
-		hex += digits[b >> 4];
-		hex += digits[b & 15];
+	std::string h;
+	for (unsigned char b : bytes) {
+		h += digits[b >> 4];
+		h += digits[b & 15];
 	}
-	// SHA-256 of 00 00 00 06 'points' 'order-1', first 16 bytes.
-	EXPECT_EQ(hex, "1c7bbf1bc73b1f91e8f371fe76bd92c0");
+	return h;
+}
+
+TEST(RecordKey, ShortKeysAreStoredExactly)
+{
+	EXPECT_EQ(id("points", "order-1"), std::string("\x00\x06", 2) + "points" + "order-1");
+	// Keys that arrive in order keep their order in the index.
+	EXPECT_LT(id("points", "1000001"), id("points", "1000002"));
+}
+
+TEST(RecordKey, LongKeysAreDigestsAndPinned)
+{
+	std::string key(100, 'k');
+	std::string long_id = id("points", key);
+	ASSERT_EQ(long_id.size(), 33u);
+	EXPECT_EQ(long_id[0], '\x01');
+	// Pinned: SHA-256 of 00 00 00 06 'points' 'k' x 100. Changing it would
+	// orphan every record already stored.
+	EXPECT_EQ(hex(long_id.substr(1)),
+		  "3e6bac3d5630ed76ab9788c93c72d2b6a6b2baf5bf7809fa491518a05212ea5c");
+}
+
+TEST(RecordKey, FormBoundary)
+{
+	// 2 + 6 + 56 = 64 bytes: still exact. One byte more: a digest.
+	EXPECT_EQ(id("points", std::string(56, 'x')).size(), 64u);
+	EXPECT_EQ(id("points", std::string(57, 'x')).size(), 33u);
 }
 
 TEST(RecordKey, ScopeAndKeyBoundaryIsUnambiguous)
 {
-	EXPECT_NE(digest("ab", "c"), digest("a", "bc"));
-	EXPECT_NE(digest("points", "1"), digest("points1", ""));
+	EXPECT_NE(id("ab", "c"), id("a", "bc"));
+	EXPECT_NE(id("points", "1"), id("points1", "1"));
+	std::string long_key(80, 'q');
+	EXPECT_NE(id("ab", "c" + long_key), id("a", "bc" + long_key));
 }
 
-TEST(RecordKey, DifferentScopesDifferentDigests)
+TEST(RecordKey, ShortAndLongFormsNeverMeet)
 {
-	EXPECT_NE(digest("points", "order-1"), digest("emails", "order-1"));
-	EXPECT_EQ(digest("points", "order-1"), digest("points", "order-1"));
+	std::set<std::string> ids;
+	for (size_t n = 1; n <= 120; n++)
+		EXPECT_TRUE(ids.insert(id("s", std::string(n, 'a'))).second) << n;
+}
+
+TEST(RecordKey, HashSpreadsNeighbours)
+{
+	std::set<uint32_t> buckets;
+	for (int i = 0; i < 1000; i++) {
+		std::string s = id("points", std::to_string(1000000 + i));
+		buckets.insert(
+		    idem::key_id_hash(reinterpret_cast<const uint8_t *>(s.data()), s.size()) % 128);
+	}
+	EXPECT_GE(buckets.size(), 120u);
 }
 
 TEST(RecordKey, LengthChecks)

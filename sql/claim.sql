@@ -44,7 +44,7 @@ SELECT status FROM idem_begin('mail', 'm-2');
 SELECT status, attempt FROM idem_begin('mail', 'm-3', lease => '1 microsecond');
 SELECT status, attempt FROM idem_begin('mail', 'm-3', lease => '1 microsecond');
 SELECT status, attempt FROM idem_begin('mail', 'm-3');
-SELECT key, status, attempts FROM idem_records WHERE scope = 'mail' ORDER BY key;
+SELECT key, status, attempts, last_error FROM idem_records WHERE scope = 'mail' ORDER BY key;
 
 -- The transactional pattern and the protocol share one table.
 SELECT idem_try_insert('shared', 'k1');
@@ -63,6 +63,27 @@ SELECT status FROM idem_begin('fp', 'k');
 SELECT scope, on_fingerprint_mismatch FROM idem_configure('fp2', on_fingerprint_mismatch => 'status');
 SELECT status FROM idem_begin('fp2', 'k', fingerprint => repeat('a', 64));
 SELECT status, attempt FROM idem_begin('fp2', 'k', fingerprint => repeat('c', 64));
+-- Once completed, a mismatching payload is told so, and never shown the
+-- other payload's result.
+SELECT idem_complete('fp2', 'k', 1, '{"secret": "for payload a only"}');
+SELECT status, attempt, result FROM idem_begin('fp2', 'k', fingerprint => repeat('c', 64));
+SELECT status, result FROM idem_begin('fp2', 'k', fingerprint => repeat('a', 64));
+
+-- Attempt numbers are fencing tokens: they are never handed out twice, not
+-- even after a record expires and starts a new life.
+SELECT status, attempt FROM idem_begin('fence', 'k', lease => '1 microsecond');
+SELECT status, attempt FROM idem_begin('fence', 'k');
+SELECT idem_complete('fence', 'k', 2);
+UPDATE idem_records SET expires_at = now() - interval '1 second' WHERE scope = 'fence';
+SELECT status, attempt FROM idem_begin('fence', 'k') AS new_life;
+SELECT idem_complete('fence', 'k', 1, '{"stale": true}');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_complete('fence', 'k', 3, '{"fresh": true}');
+SELECT status, attempts, attempt_base, result FROM idem_records WHERE scope = 'fence';
+-- The same for a record renewed by idem_try_insert.
+UPDATE idem_records SET expires_at = now() - interval '1 second' WHERE scope = 'fence';
+SELECT idem_try_insert('fence', 'k') AS renewed;
+SELECT status, attempts, attempt_base, result FROM idem_records WHERE scope = 'fence';
 
 -- Waiting: a claim in progress is waited for up to the wait, then reported.
 SELECT status FROM idem_begin('wait', 'k');

@@ -43,6 +43,22 @@ SELECT count(*) FROM idem_dead_letters;
 SELECT idem_forget('pay', 'o-2') AS forgotten, idem_forget('pay', 'o-2') AS again;
 SELECT status, attempt FROM idem_begin('pay', 'o-2');
 
+-- A claim in progress cannot be forgotten: its holder's attempt would be
+-- handed out again.
+SELECT idem_forget('pay', 'o-2');
+\echo :LAST_ERROR_SQLSTATE
+SELECT status, attempts FROM idem_records WHERE scope = 'pay' AND key = 'o-2';
+
+-- A reconciliation function dropped after configuring: that scope is
+-- reported, with a warning, and the rest of the run goes on.
+CREATE FUNCTION soon_gone(scope text, key text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+SELECT scope FROM idem_configure('gone', reconcile_function => 'soon_gone(text,text)');
+DROP FUNCTION soon_gone(text, text);
+SELECT status FROM idem_begin('gone', 'g', lease => '1 microsecond');
+SELECT status FROM idem_begin('pay', 'o-5', lease => '1 microsecond');
+INSERT INTO charges VALUES ('o-5');
+SELECT * FROM idem_reconcile() WHERE scope IN ('gone', 'pay') ORDER BY scope, key;
+
 -- Bad input.
 SELECT * FROM idem_reconcile(NULL, 0);
 \echo :LAST_ERROR_SQLSTATE

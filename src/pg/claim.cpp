@@ -238,8 +238,11 @@ TimestampTz lease_end(const BeginArgs &args, TimestampTz now)
 }
 
 // Writes the claim: a new record (attempt 1), or the existing one taken over
-// with `attempt`. Returns false if a concurrent claim inserted the key first.
-bool write_claim(const BeginArgs &args, bool exists, int attempt, int attempt_base,
+// with `attempt`; `fresh` when that record had expired and starts a new life
+// (its fingerprint, result and last error are dropped, but never its attempt
+// count: attempt numbers are fencing tokens and must never be handed out
+// twice). Returns false if a concurrent claim inserted the key first.
+bool write_claim(const BeginArgs &args, bool exists, int attempt, int attempt_base, bool fresh,
 		 TimestampTz now)
 {
 	Datum values[] = {PointerGetDatum(args.ref.id),
@@ -252,12 +255,13 @@ bool write_claim(const BeginArgs &args, bool exists, int attempt, int attempt_ba
 			  TimestampTzGetDatum(lease_end(args, now)),
 			  Int32GetDatum(MyProcPid),
 			  TimestampTzGetDatum(MyStartTimestamp),
-			  PointerGetDatum(args.fingerprint)};
-	char nulls[] = "           ";
+			  PointerGetDatum(args.fingerprint),
+			  BoolGetDatum(fresh)};
+	char nulls[] = "            ";
 	if (args.fingerprint == NULL)
 		nulls[10] = 'n';
-	Oid types[] = {BYTEAOID, TEXTOID, TEXTOID, INT4OID, INT4OID, TIMESTAMPTZOID,
-		       TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID};
+	Oid types[] = {BYTEAOID,       TEXTOID,	       TEXTOID, INT4OID,	INT4OID, TIMESTAMPTZOID,
+		       TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID, BOOLOID};
 	if (!exists) {
 		idem::Statement *st = prepare(
 		    "claim:insert",
@@ -268,30 +272,35 @@ bool write_claim(const BeginArgs &args, bool exists, int attempt, int attempt_ba
 		    11, types);
 		return run(st, values, nulls, SPI_OK_INSERT) == 1;
 	}
-	// A takeover keeps the stored fingerprint unless the call brings one
-	// (an expired record is a new record: it takes the call's).
+	// A takeover keeps the stored fingerprint unless the call brings one.
 	idem::Statement *st = prepare(
 	    "claim:takeover",
 	    "UPDATE %s SET status = 'in_progress', attempts = $4, attempt_base = $5, "
 	    "recorded_at = $6, expires_at = $7, lease_expires_at = $8, holder_pid = $9, "
 	    "holder_started_at = $10, "
-	    "fingerprint = CASE WHEN $4 OPERATOR(pg_catalog.=) 1 THEN $11 "
-	    "ELSE COALESCE($11, fingerprint) END, result = NULL "
+	    "fingerprint = CASE WHEN $12 THEN $11 ELSE COALESCE($11, fingerprint) END, "
+	    "last_error = CASE WHEN $12 THEN NULL ELSE last_error END, result = NULL "
 	    "WHERE key_id OPERATOR(pg_catalog.=) $1",
-	    11, types);
+	    12, types);
 	run(st, values, nulls, SPI_OK_UPDATE);
 	return true;
 }
 
-void mark_dead(const idem::RecordRef &ref)
+// The attempts ran out without a failure being reported (leases expired, or
+// holders vanished): say so, since operators read last_error.
+void mark_dead(const idem::RecordRef &ref, int attempts)
 {
-	Oid types[] = {BYTEAOID};
+	Oid types[] = {BYTEAOID, TEXTOID};
 	idem::Statement *st =
 	    prepare("claim:dead",
-		    "UPDATE %s SET status = 'dead', lease_expires_at = NULL, holder_pid = NULL, "
-		    "holder_started_at = NULL WHERE key_id OPERATOR(pg_catalog.=) $1",
-		    1, types);
-	Datum values[] = {PointerGetDatum(ref.id)};
+		    "UPDATE %s SET status = 'dead', last_error = $2, lease_expires_at = NULL, "
+		    "holder_pid = NULL, holder_started_at = NULL "
+		    "WHERE key_id OPERATOR(pg_catalog.=) $1",
+		    2, types);
+	Datum values[] = {PointerGetDatum(ref.id),
+			  CStringGetTextDatum(psprintf("attempts used up: attempt %d did not finish "
+						       "before its lease expired",
+						       attempts))};
 	run(st, values, NULL, SPI_OK_UPDATE);
 }
 
@@ -312,12 +321,16 @@ Claim decide_and_write(const BeginArgs &args)
 		idem::ClaimView view = view_of(r, args, now);
 		Claim c = {NULL, r.attempts, r.result, r.lease_expires_at, r.last_error};
 		switch (idem::decide_claim(view, args.policy)) {
-		case idem::ClaimAction::claim_new:
-			if (!write_claim(args, r.exists, 1, 0, now))
+		case idem::ClaimAction::claim_new: {
+			// An expired record starts a new life with a full set of
+			// attempts, numbered on from the old ones.
+			int attempt = r.exists ? r.attempts + 1 : 1;
+			if (!write_claim(args, r.exists, attempt, r.attempts, true, now))
 				continue; // a concurrent claim inserted it: read it again
-			return Claim{"acquired", 1, 0, lease_end(args, now), NULL};
+			return Claim{"acquired", attempt, 0, lease_end(args, now), NULL};
+		}
 		case idem::ClaimAction::claim_next:
-			write_claim(args, true, r.attempts + 1, r.attempt_base, now);
+			write_claim(args, true, r.attempts + 1, r.attempt_base, false, now);
 			return Claim{"acquired", r.attempts + 1, 0, lease_end(args, now),
 				     r.last_error};
 		case idem::ClaimAction::report_in_progress:
@@ -327,9 +340,12 @@ Claim decide_and_write(const BeginArgs &args)
 			c.status = "completed";
 			return c;
 		case idem::ClaimAction::mark_dead:
-			mark_dead(args.ref);
+			mark_dead(args.ref, r.attempts);
 			c.status = "dead";
 			c.lease_expires_at = 0;
+			c.last_error = cstring_to_text(psprintf(
+			    "attempts used up: attempt %d did not finish before its lease expired",
+			    r.attempts));
 			return c;
 		case idem::ClaimAction::report_dead:
 			c.status = "dead";
@@ -346,8 +362,8 @@ Claim decide_and_write(const BeginArgs &args)
 						  text_to_cstring(r.fingerprint)),
 					errhint("Use a new key for a different message, or configure "
 						"the scope with on_fingerprint_mismatch => 'status'."));
-			c.status = "fingerprint_mismatch";
-			return c;
+			// Nothing of the other payload's outcome is shown to this one.
+			return Claim{"fingerprint_mismatch", r.attempts, 0, 0, NULL};
 		}
 	}
 	elog(ERROR, "pg_idem: could not settle the state of a key");
@@ -506,7 +522,8 @@ IDEM_SQL_FUNCTION(idem_complete)
 	idem::Statement *st = prepare(
 	    "claim:complete",
 	    "UPDATE %s SET status = 'completed', result = $3, recorded_at = $4, expires_at = $5, "
-	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL "
+	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
+	    "last_error = NULL "
 	    "WHERE key_id OPERATOR(pg_catalog.=) $1 "
 	    "AND status OPERATOR(pg_catalog.=) 'in_progress' "
 	    "AND attempts OPERATOR(pg_catalog.=) $2",

@@ -7,6 +7,7 @@ extern "C" {
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "utils/builtins.h"
 }
 
 #include "pg/claim_wait.hpp"
@@ -60,13 +61,30 @@ IDEM_SQL_FUNCTION(idem_retry)
 	PG_RETURN_BOOL(n > 0);
 }
 
-// idem_forget(scope, key): deletes the record, whatever its state; the next
-// message with this key is new. Returns false when there was none.
+// idem_forget(scope, key): deletes the record; the next message with this
+// key is new. Returns false when there was none. A claim in progress is
+// refused: its holder's attempt number would be handed out again, and its
+// late completion would land on someone else's claim. Such a claim ends by
+// its lease (reconciliation, or a takeover); fail it first to forget it.
 IDEM_SQL_FUNCTION(idem_forget)
 {
-	idem::RecordRef ref = operator_ref("idem_forget", fcinfo);
+	static const char fn[] = "idem_forget";
+	idem::RecordRef ref = operator_ref(fn, fcinfo);
 	uint64 n = on_record("operator:forget",
-			     "DELETE FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1", ref);
+			     "DELETE FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1 "
+			     "AND status OPERATOR(pg_catalog.<>) 'in_progress'",
+			     ref);
+	if (n == 0 && on_record("operator:in_progress",
+				"SELECT 1 FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1 "
+				"AND status OPERATOR(pg_catalog.=) 'in_progress' FOR UPDATE",
+				ref) > 0)
+		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			errmsg("%s: key \"%s\" in scope \"%s\" is in progress", fn,
+			       text_to_cstring(ref.key), text_to_cstring(ref.scope)),
+			errdetail("Forgetting it would let its holder's late completion land on "
+				  "a new claim."),
+			errhint("Let its lease expire and reconcile it, or record it with "
+				"idem_fail, then forget it."));
 	if (n > 0)
 		idem::claim_wake_at_commit(ref.id);
 	PG_RETURN_BOOL(n > 0);

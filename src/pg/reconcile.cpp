@@ -132,6 +132,15 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 		const char *outcome;
 		if (!OidIsValid(settings.reconcile_function)) {
 			outcome = "no_reconciler";
+		} else if (!idem::reconcile_function_fits(settings.reconcile_function)) {
+			// Dropped or replaced since idem_configure: skip this scope's
+			// records rather than fail the whole run.
+			ereport(WARNING,
+				errmsg("%s: the reconciliation function of scope \"%s\" no longer "
+				       "exists or no longer fits",
+				       fn, text_to_cstring(c.scope)),
+				errhint("Configure the scope again with idem_configure."));
+			outcome = "no_reconciler";
 		} else {
 			bool unknown;
 			bool happened = ask_reconciler(settings.reconcile_function,

@@ -199,7 +199,8 @@ Statement *takeover_statement(const ExtensionObjects &loc)
 {
 	Oid types[] = {BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	return statement_for("records:takeover", loc.records, loc.records_name,
-			     "UPDATE %s SET status = 'completed', attempts = 1, attempt_base = 0, "
+			     "UPDATE %s SET status = 'completed', "
+			     "attempts = attempts OPERATOR(pg_catalog.+) 1, attempt_base = attempts, "
 			     "recorded_at = $2, expires_at = $3, lease_expires_at = NULL, "
 			     "holder_pid = NULL, holder_started_at = NULL, "
 			     "fingerprint = NULL, result = NULL, last_error = NULL "

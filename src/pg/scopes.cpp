@@ -184,22 +184,26 @@ TimestampTz record_expiry(const char *fn, TimestampTz now, Interval *call_ttl,
 
 void scopes_register_callbacks() { CacheRegisterRelcacheCallback(mark_stale, 0); }
 
+bool reconcile_function_fits(Oid func)
+{
+	HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(func));
+	if (!HeapTupleIsValid(tuple))
+		return false;
+	Form_pg_proc proc = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple));
+	bool ok = proc->prokind == PROKIND_FUNCTION && !proc->proretset &&
+		  proc->prorettype == BOOLOID && proc->pronargs == 2 &&
+		  proc->proargtypes.values[0] == TEXTOID && proc->proargtypes.values[1] == TEXTOID;
+	ReleaseSysCache(tuple);
+	return ok;
+}
+
 namespace {
 
 // A reconciliation function must be fn(scope text, key text) RETURNS boolean,
 // and the configuring role must be allowed to call it.
 void check_reconcile_function(const char *fn, Oid func, Oid role)
 {
-	HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(func));
-	if (!HeapTupleIsValid(tuple))
-		ereport(ERROR, errcode(ERRCODE_UNDEFINED_FUNCTION),
-			errmsg("%s: function with OID %u does not exist", fn, func));
-	Form_pg_proc proc = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple));
-	bool ok = proc->prokind == PROKIND_FUNCTION && !proc->proretset &&
-		  proc->prorettype == BOOLOID && proc->pronargs == 2 &&
-		  proc->proargtypes.values[0] == TEXTOID && proc->proargtypes.values[1] == TEXTOID;
-	ReleaseSysCache(tuple);
-	if (!ok)
+	if (!reconcile_function_fits(func))
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			errmsg("%s: reconciliation function %s has the wrong signature", fn,
 			       format_procedure(func)),

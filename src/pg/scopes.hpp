@@ -32,6 +32,11 @@ TimestampTz record_expiry(const char *fn, TimestampTz now, Interval *call_ttl,
 // `interval` must be positive; errors name `what`.
 void check_positive_interval(const char *fn, const char *what, Interval *interval);
 
+// Is `func` still a function (scope text, key text) RETURNS boolean? Checked
+// when a scope is configured and again before every call, since the function
+// may have been dropped or replaced since.
+bool reconcile_function_fits(Oid func);
+
 void scopes_register_callbacks();
 
 } // namespace idem

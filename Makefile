@@ -19,6 +19,9 @@ OBJS = $(CORE_OBJS) \
 	src/pg/claim_wait.o \
 	src/pg/reconcile.o \
 	src/pg/operator_tools.o \
+	src/pg/purge.o \
+	src/pg/purge_status.o \
+	src/pg/purge_worker.o \
 	src/pg/plan_cache.o \
 	src/pg/user_table.o \
 	src/pg/try_insert_row.o \
@@ -27,7 +30,7 @@ OBJS = $(CORE_OBJS) \
 # One SQL source; the versioned install script is generated from it.
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 
-REGRESS = records_table try_insert try_insert_row versioned_update claim configure reconcile
+REGRESS = records_table try_insert try_insert_row versioned_update claim configure reconcile purge
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 ISOLATION = try_insert_race try_insert_row_race versioned_update_race claim_begin_race claim_wait claim_lease claim_fingerprint claim_max_attempts claim_reconcile claim_disconnect
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=$(EXTENSION)
@@ -37,7 +40,9 @@ IDEM_CXXFLAGS = -std=c++17 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-miss
 # PostgreSQL 15 headers use `register`, which C++17 removed.
 PG_IDEM_HEADER_FLAGS = -Wno-register
 PG_CPPFLAGS = -Isrc
-PG_CXXFLAGS = $(IDEM_CXXFLAGS) $(PG_IDEM_HEADER_FLAGS)
+# -MMD -MP: PGXS tracks no header dependencies for C++, so a changed header
+# would otherwise leave objects built against an old layout.
+PG_CXXFLAGS = $(IDEM_CXXFLAGS) $(PG_IDEM_HEADER_FLAGS) -MMD -MP
 SHLIB_LINK = -lstdc++
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
@@ -60,4 +65,6 @@ test/unit/run_unit_tests: $(UNIT_TESTS) $(CORE_SRCS) $(wildcard src/core/*.hpp)
 unittest: test/unit/run_unit_tests
 	test/unit/run_unit_tests
 
-EXTRA_CLEAN = test/unit/run_unit_tests $(EXTENSION)--$(EXTVERSION).sql
+-include $(OBJS:.o=.d)
+
+EXTRA_CLEAN = test/unit/run_unit_tests $(EXTENSION)--$(EXTVERSION).sql $(OBJS:.o=.d)

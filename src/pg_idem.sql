@@ -34,6 +34,24 @@ CREATE TABLE @extschema@.idem_records (
     CONSTRAINT idem_records_pkey PRIMARY KEY (key_id)
 );
 
+-- The purge finds expired records through this index. BRIN, because expiry
+-- grows with insertion time: it costs claims almost nothing to maintain,
+-- unlike a second btree on every insert.
+CREATE INDEX idem_records_expiry ON @extschema@.idem_records
+    USING brin (expires_at) WITH (pages_per_range = 8);
+
+-- Claims in flight, for reconciliation, idem_in_flight and the purge status.
+-- Partial: records written by idem_try_insert never enter it.
+CREATE INDEX idem_records_in_flight ON @extschema@.idem_records (lease_expires_at)
+    WHERE status = 'in_progress';
+
+-- Steady insert-and-purge churn: vacuum this table early and often.
+ALTER TABLE @extschema@.idem_records SET (
+    autovacuum_vacuum_scale_factor = 0.02,
+    autovacuum_vacuum_insert_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.05
+);
+
 COMMENT ON COLUMN @extschema@.idem_records.attempts IS
     'number of the latest claim: the fencing token of its holder; it only grows';
 COMMENT ON COLUMN @extschema@.idem_records.attempt_base IS
@@ -191,3 +209,38 @@ REVOKE ALL ON FUNCTION @extschema@.idem_reconcile(text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_retry(text, text) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_forget(text, text) FROM PUBLIC;
 REVOKE ALL ON @extschema@.idem_in_flight, @extschema@.idem_dead_letters FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- Purging expired records.
+-- ---------------------------------------------------------------------------
+
+-- Deletes up to max_rows expired records (never one in progress), skipping
+-- rows another purge or a claim holds, and returns how many it deleted.
+-- The purge worker runs the same batches; this is for cron or pg_cron.
+CREATE FUNCTION @extschema@.idem_purge(max_rows integer DEFAULT 10000)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_purge'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+
+-- What the purge worker of this database did last, and what waits.
+CREATE FUNCTION @extschema@.idem_purge_status(
+    OUT worker_pid integer,
+    OUT last_round_at timestamptz,
+    OUT last_round_rows bigint,
+    OUT last_round_ms double precision,
+    OUT rounds bigint,
+    OUT purged_total bigint,
+    OUT reconciled_completed bigint,
+    OUT reconciled_failed bigint,
+    OUT reconciled_unknown bigint,
+    OUT backlog_rows bigint,
+    OUT oldest_expired_age interval,
+    OUT expired_leases bigint)
+AS 'MODULE_PATHNAME', 'idem_purge_status'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+
+CREATE VIEW @extschema@.idem_purge_status AS SELECT * FROM @extschema@.idem_purge_status();
+
+REVOKE ALL ON FUNCTION @extschema@.idem_purge(integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_purge_status() FROM PUBLIC;
+REVOKE ALL ON @extschema@.idem_purge_status FROM PUBLIC;

@@ -95,9 +95,11 @@ const ExtensionObjects &extension_objects()
 	found.status_dead = enum_label(found.status_type, "dead");
 
 	const char *schema_name = get_namespace_name(schema);
-	for (const char *old : {objects.records_name, objects.scopes_name, objects.status_type_name})
+	for (const char *old : {objects.schema_name, objects.records_name, objects.scopes_name,
+				objects.status_type_name})
 		if (old != NULL)
 			pfree(const_cast<char *>(old));
+	found.schema_name = MemoryContextStrdup(TopMemoryContext, quote_identifier(schema_name));
 	found.records_name = qualified(schema_name, "idem_records");
 	found.scopes_name = qualified(schema_name, "idem_scopes");
 	found.status_type_name = qualified(schema_name, "idem_status");

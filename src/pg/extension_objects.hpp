@@ -16,6 +16,7 @@ struct ExtensionObjects {
 	Oid status_completed;
 	Oid status_failed;
 	Oid status_dead;
+	const char *schema_name;  // quoted, for SQL text
 	const char *records_name; // schema-qualified and quoted, for SQL text
 	const char *scopes_name;
 	const char *status_type_name;

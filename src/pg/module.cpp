@@ -12,6 +12,8 @@ extern "C" {
 #include "pg/plan_cache.hpp"
 #include "pg/claim_wait.hpp"
 #include "pg/extension_objects.hpp"
+#include "pg/purge_status.hpp"
+#include "pg/purge_worker.hpp"
 #include "pg/scopes.hpp"
 #include "pg/settings.hpp"
 
@@ -34,6 +36,7 @@ extern "C" void request_shmem(void)
 	if (previous_shmem_request)
 		previous_shmem_request();
 	idem::claim_wait_request_shmem();
+	idem::purge_status_request_shmem();
 }
 
 extern "C" void startup_shmem(void)
@@ -41,6 +44,7 @@ extern "C" void startup_shmem(void)
 	if (previous_shmem_startup)
 		previous_shmem_startup();
 	idem::claim_wait_init_shmem();
+	idem::purge_status_init_shmem();
 }
 
 } // namespace
@@ -49,6 +53,11 @@ namespace idem {
 int default_ttl_seconds = 7 * 24 * 60 * 60;
 int default_lease_seconds = 5 * 60;
 int default_max_attempts = 5;
+char *purge_databases = NULL;
+int purge_naptime_ms = 10000;
+int purge_batch_size = 1000;
+int purge_rate_limit = 0;
+bool purge_reconcile = true;
 }
 
 extern "C" void _PG_init(void)
@@ -72,9 +81,31 @@ extern "C" void _PG_init(void)
 				NULL, &idem::default_max_attempts, 5, 1, INT_MAX, PGC_SIGHUP, 0, NULL,
 				NULL, NULL);
 
+	DefineCustomStringVariable("pg_idem.purge_databases",
+				   "Databases the purge worker serves, one worker each.",
+				   "A comma-separated list; empty for no worker. Needs pg_idem in "
+				   "shared_preload_libraries.",
+				   &idem::purge_databases, "postgres", PGC_POSTMASTER, GUC_LIST_INPUT,
+				   NULL, NULL, NULL);
+	DefineCustomIntVariable("pg_idem.purge_naptime", "Time between purge rounds.", NULL,
+				&idem::purge_naptime_ms, 10000, 10, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS,
+				NULL, NULL, NULL);
+	DefineCustomIntVariable("pg_idem.purge_batch_size",
+				"Expired records deleted per purge transaction.", NULL,
+				&idem::purge_batch_size, 1000, 1, 1000000, PGC_SIGHUP, 0, NULL, NULL,
+				NULL);
+	DefineCustomIntVariable("pg_idem.purge_rate_limit",
+				"Most expired records the purge worker deletes per second.",
+				"0 means no limit.", &idem::purge_rate_limit, 0, 0, INT_MAX, PGC_SIGHUP,
+				0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("pg_idem.purge_reconcile",
+				 "Whether each purge round also reconciles expired leases.", NULL,
+				 &idem::purge_reconcile, true, PGC_SIGHUP, 0, NULL, NULL, NULL);
+
 	MarkGUCPrefixReserved("pg_idem");
 
 	if (process_shared_preload_libraries_in_progress) {
+		idem::register_purge_workers();
 		previous_shmem_request = shmem_request_hook;
 		shmem_request_hook = request_shmem;
 		previous_shmem_startup = shmem_startup_hook;

@@ -14,4 +14,11 @@ extern int default_lease_seconds;
 // pg_idem.default_max_attempts: claims of one key before it is dead.
 extern int default_max_attempts;
 
+// The purge worker (purge_worker.cpp).
+extern char *purge_databases;  // pg_idem.purge_databases
+extern int purge_naptime_ms;   // pg_idem.purge_naptime
+extern int purge_batch_size;   // pg_idem.purge_batch_size
+extern int purge_rate_limit;   // pg_idem.purge_rate_limit, rows per second, 0: none
+extern bool purge_reconcile;   // pg_idem.purge_reconcile
+
 } // namespace idem

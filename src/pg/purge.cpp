@@ -1,0 +1,161 @@
+// idem_purge and idem_purge_status, and the batch both they and the purge
+// worker (purge_worker.cpp) run.
+//
+// A batch is
+//   DELETE FROM idem_records WHERE ctid = ANY (ARRAY(
+//       SELECT ctid FROM idem_records WHERE expires_at <= now()
+//       AND status <> 'in_progress' LIMIT n FOR UPDATE SKIP LOCKED))
+// found through the BRIN index on expires_at. It takes only row locks, and
+// skips rows that anyone else holds: a consumer renewing an expired record
+// is never blocked by a purge, and two purges never count a row twice. A
+// consumer that meets a record being purged waits for that batch's commit
+// (short: batches are small), then finds the key free.
+extern "C" {
+#include "postgres.h"
+
+#include "access/htup_details.h"
+#include "access/xact.h"
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+}
+
+#include "pg/extension_objects.hpp"
+#include "pg/guard.hpp"
+#include "pg/plan_cache.hpp"
+#include "pg/purge.hpp"
+
+#include <cstring>
+
+namespace idem {
+
+int64 purge_batch(int max_rows)
+{
+	const ExtensionObjects &objects = extension_objects();
+	static const char signature[] = "purge:batch";
+	Statement *st = statement_lookup(signature, sizeof signature, objects.records);
+	if (!statement_ready(st)) {
+		Oid types[] = {INT4OID};
+		statement_prepare(
+		    st,
+		    psprintf("DELETE FROM %s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
+			     "SELECT ctid FROM %s "
+			     "WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
+			     "AND status OPERATOR(pg_catalog.<>) 'in_progress' LIMIT $1 "
+			     "FOR UPDATE SKIP LOCKED))",
+			     objects.records_name, objects.records_name),
+		    1, types);
+	}
+	Datum values[] = {Int32GetDatum(max_rows)};
+	if (SPI_execute_plan(st->plan, values, NULL, false, 0) != SPI_OK_DELETE)
+		elog(ERROR, "pg_idem: purge batch failed");
+	return int64(SPI_processed);
+}
+
+void reconcile_batch(int max_rows, PurgeRound *round)
+{
+	const ExtensionObjects &objects = extension_objects();
+	static const char signature[] = "purge:reconcile";
+	Statement *st = statement_lookup(signature, sizeof signature, objects.records);
+	if (!statement_ready(st)) {
+		Oid types[] = {INT4OID};
+		statement_prepare(st,
+				  psprintf("SELECT outcome, pg_catalog.count(*) "
+					   "FROM %s.idem_reconcile(NULL, $1) GROUP BY outcome",
+					   objects.schema_name),
+				  1, types);
+	}
+	Datum values[] = {Int32GetDatum(max_rows)};
+	if (SPI_execute_plan(st->plan, values, NULL, false, 0) != SPI_OK_SELECT)
+		elog(ERROR, "pg_idem: reconciliation failed");
+	for (uint64 i = 0; i < SPI_processed; i++) {
+		bool isnull;
+		char *outcome = TextDatumGetCString(
+		    SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+		int64 n = DatumGetInt64(
+		    SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
+		if (strcmp(outcome, "completed") == 0)
+			round->reconciled_completed += n;
+		else if (strcmp(outcome, "failed") == 0 || strcmp(outcome, "dead") == 0)
+			round->reconciled_failed += n;
+		else if (strcmp(outcome, "unknown") == 0)
+			round->reconciled_unknown += n;
+	}
+}
+
+} // namespace idem
+
+// idem_purge(max_rows) RETURNS bigint
+IDEM_SQL_FUNCTION(idem_purge)
+{
+	static const char fn[] = "idem_purge";
+	if (PG_ARGISNULL(0) || PG_GETARG_INT32(0) < 1)
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("%s: max_rows must be at least 1", fn));
+	PreventCommandIfReadOnly(fn);
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pg_idem: SPI_connect failed");
+	int64 purged = idem::purge_batch(PG_GETARG_INT32(0));
+	SPI_finish();
+	PG_RETURN_INT64(purged);
+}
+
+// idem_purge_status(): the worker's last round (when preloaded) and the
+// backlog, for the current database.
+IDEM_SQL_FUNCTION(idem_purge_status)
+{
+	TupleDesc desc;
+	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
+		elog(ERROR, "pg_idem: idem_purge_status must return a composite type");
+	desc = BlessTupleDesc(desc);
+	Datum values[12];
+	bool nulls[12];
+	memset(nulls, 0, sizeof nulls);
+
+	idem::PurgeWorkerStatus worker = idem::purge_status_read(MyDatabaseId);
+	values[0] = Int32GetDatum(worker.pid);
+	values[1] = TimestampTzGetDatum(worker.last.at);
+	values[2] = Int64GetDatum(worker.last.rows);
+	values[3] = Float8GetDatum(worker.last.ms);
+	values[4] = Int64GetDatum(worker.rounds);
+	values[5] = Int64GetDatum(worker.purged_total);
+	values[6] = Int64GetDatum(worker.reconciled_completed);
+	values[7] = Int64GetDatum(worker.reconciled_failed);
+	values[8] = Int64GetDatum(worker.reconciled_unknown);
+	for (int i = 0; i <= 8; i++)
+		nulls[i] = !worker.found || (i >= 1 && i <= 3 && worker.rounds == 0);
+
+	const idem::ExtensionObjects &objects = idem::extension_objects();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pg_idem: SPI_connect failed");
+	// Two index scans: the BRIN on expires_at, the partial index of claims.
+	static const char signature[] = "purge:backlog";
+	idem::Statement *st = idem::statement_lookup(signature, sizeof signature, objects.records);
+	if (!idem::statement_ready(st))
+		idem::statement_prepare(
+		    st,
+		    psprintf("SELECT e.n, e.age, l.n FROM "
+			     "(SELECT pg_catalog.count(*) AS n, pg_catalog.now() "
+			     "OPERATOR(pg_catalog.-) pg_catalog.min(expires_at) AS age FROM %s "
+			     "WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
+			     "AND status OPERATOR(pg_catalog.<>) 'in_progress') e, "
+			     "(SELECT pg_catalog.count(*) AS n FROM %s "
+			     "WHERE status OPERATOR(pg_catalog.=) 'in_progress' "
+			     "AND lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()) l",
+			     objects.records_name, objects.records_name),
+		    0, NULL);
+	if (SPI_execute_plan(st->plan, NULL, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
+		elog(ERROR, "pg_idem: backlog query failed");
+	bool isnull;
+	HeapTuple row = SPI_tuptable->vals[0];
+	values[9] = SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull);
+	Datum age = SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &nulls[10]);
+	values[10] = nulls[10] ? 0 : PointerGetDatum(SPI_datumTransfer(age, false, sizeof(Interval)));
+	values[11] = SPI_getbinval(row, SPI_tuptable->tupdesc, 3, &isnull);
+	SPI_finish();
+	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
+}

@@ -1,0 +1,128 @@
+// See purge_status.hpp.
+//
+// Locking: a fixed array of slots, one per served database, each with its
+// own spinlock. A worker only ever writes its own slot (a few counters after
+// a round); readers copy a slot under its spinlock. Counters restart at zero
+// with the server.
+extern "C" {
+#include "postgres.h"
+
+#include "miscadmin.h"
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+}
+
+#include "pg/purge_status.hpp"
+
+#include <cstring>
+
+namespace idem {
+
+namespace {
+
+constexpr int max_slots = 64;
+
+struct Slot {
+	slock_t mutex;
+	Oid database; // InvalidOid: free
+	int pid;
+	PurgeRound last;
+	int64 rounds;
+	int64 purged_total;
+	int64 reconciled_completed;
+	int64 reconciled_failed;
+	int64 reconciled_unknown;
+};
+
+struct SharedStatus {
+	Slot slots[max_slots];
+};
+
+SharedStatus *shared = NULL;
+
+Slot *slot_of(Oid database, bool claim)
+{
+	if (shared == NULL)
+		return NULL;
+	for (int i = 0; i < max_slots; i++)
+		if (shared->slots[i].database == database)
+			return &shared->slots[i];
+	if (!claim)
+		return NULL;
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	Slot *free_slot = NULL;
+	for (int i = 0; i < max_slots && free_slot == NULL; i++)
+		if (shared->slots[i].database == database || shared->slots[i].database == InvalidOid)
+			free_slot = &shared->slots[i];
+	if (free_slot != NULL)
+		free_slot->database = database;
+	LWLockRelease(AddinShmemInitLock);
+	return free_slot;
+}
+
+} // namespace
+
+void purge_status_request_shmem() { RequestAddinShmemSpace(MAXALIGN(sizeof(SharedStatus))); }
+
+void purge_status_init_shmem()
+{
+	bool found;
+	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+	shared = static_cast<SharedStatus *>(
+	    ShmemInitStruct("pg_idem purge status", sizeof(SharedStatus), &found));
+	if (!found) {
+		memset(shared, 0, sizeof(SharedStatus));
+		for (int i = 0; i < max_slots; i++)
+			SpinLockInit(&shared->slots[i].mutex);
+	}
+	LWLockRelease(AddinShmemInitLock);
+}
+
+void purge_status_attach(Oid database, int pid)
+{
+	Slot *slot = slot_of(database, true);
+	if (slot == NULL)
+		return;
+	SpinLockAcquire(&slot->mutex);
+	slot->pid = pid;
+	SpinLockRelease(&slot->mutex);
+}
+
+void purge_status_record(Oid database, const PurgeRound &round)
+{
+	Slot *slot = slot_of(database, true);
+	if (slot == NULL)
+		return;
+	SpinLockAcquire(&slot->mutex);
+	slot->last = round;
+	slot->rounds++;
+	slot->purged_total += round.rows;
+	slot->reconciled_completed += round.reconciled_completed;
+	slot->reconciled_failed += round.reconciled_failed;
+	slot->reconciled_unknown += round.reconciled_unknown;
+	SpinLockRelease(&slot->mutex);
+}
+
+PurgeWorkerStatus purge_status_read(Oid database)
+{
+	PurgeWorkerStatus status;
+	memset(&status, 0, sizeof status);
+	Slot *slot = slot_of(database, false);
+	if (slot == NULL)
+		return status;
+	SpinLockAcquire(&slot->mutex);
+	status.found = true;
+	status.pid = slot->pid;
+	status.last = slot->last;
+	status.rounds = slot->rounds;
+	status.purged_total = slot->purged_total;
+	status.reconciled_completed = slot->reconciled_completed;
+	status.reconciled_failed = slot->reconciled_failed;
+	status.reconciled_unknown = slot->reconciled_unknown;
+	SpinLockRelease(&slot->mutex);
+	return status;
+}
+
+} // namespace idem

@@ -1,0 +1,169 @@
+// The purge worker: one background worker per database named in
+// pg_idem.purge_databases, started when pg_idem is in
+// shared_preload_libraries (modelled on worker_spi and pg_cron).
+//
+// Each round deletes expired records in batches of pg_idem.purge_batch_size,
+// each batch its own transaction (purge.cpp: row locks only, SKIP LOCKED),
+// sleeping between batches as pg_idem.purge_rate_limit requires; then, if
+// pg_idem.purge_reconcile is on, reconciles a batch of expired leases. It
+// naps pg_idem.purge_naptime between rounds on its latch.
+//
+// As a PostgreSQL process: SIGHUP reloads the settings; SIGTERM ends it at
+// the next interrupt check, also inside a batch (the batch rolls back);
+// the postmaster restarts it 10 s after a crash; where the extension is not
+// installed (or is dropped while it runs) it logs once and waits. It shows
+// in pg_stat_activity as "pg_idem purge" with wait event Extension.
+extern "C" {
+#include "postgres.h"
+
+#include "access/xact.h"
+#include "commands/extension.h"
+#include "executor/spi.h"
+#include "fmgr.h"
+#include "miscadmin.h"
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "tcop/tcopprot.h"
+#include "utils/builtins.h"
+#include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
+#include "utils/varlena.h"
+#include "utils/wait_event.h"
+
+PGDLLEXPORT void idem_purge_worker_main(Datum arg);
+}
+
+#include "pg/purge.hpp"
+#include "pg/purge_status.hpp"
+#include "pg/purge_worker.hpp"
+#include "pg/settings.hpp"
+
+#include <cstring>
+
+namespace idem {
+
+namespace {
+
+// Sleeps on the latch for up to `ms`, waking for SIGHUP and SIGTERM.
+void nap(long ms)
+{
+	if (ms > 0) {
+		(void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
+				PG_WAIT_EXTENSION);
+		ResetLatch(MyLatch);
+	}
+	CHECK_FOR_INTERRUPTS();
+	if (ConfigReloadPending) {
+		ConfigReloadPending = false;
+		ProcessConfigFile(PGC_SIGHUP);
+	}
+}
+
+// Runs `step` in a transaction of its own. Returns false, without running
+// it, where the extension is not installed.
+template <typename Step> bool in_transaction(const char *activity, Step step)
+{
+	SetCurrentStatementStartTimestamp();
+	StartTransactionCommand();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	pgstat_report_activity(STATE_RUNNING, activity);
+	bool installed = OidIsValid(get_extension_oid("pg_idem", true));
+	if (installed) {
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "pg_idem: SPI_connect failed");
+		step();
+		SPI_finish();
+	}
+	PopActiveSnapshot();
+	CommitTransactionCommand();
+	pgstat_report_stat(false);
+	pgstat_report_activity(STATE_IDLE, NULL);
+	return installed;
+}
+
+// One round: batches until one comes back short, then reconciliation.
+// Returns false where the extension is not installed.
+bool purge_round()
+{
+	PurgeRound round;
+	memset(&round, 0, sizeof round);
+	TimestampTz started = GetCurrentTimestamp();
+	for (;;) {
+		int batch = purge_batch_size;
+		int64 purged = 0;
+		if (!in_transaction("pg_idem purge: deleting expired records",
+				    [&] { purged = purge_batch(batch); }))
+			return false;
+		round.rows += purged;
+		if (purged < batch)
+			break;
+		// Rate limit: this batch may take purged / rate seconds.
+		nap(purge_rate_limit > 0 ? long(purged * 1000 / purge_rate_limit) : 0);
+	}
+	if (purge_reconcile)
+		in_transaction("pg_idem purge: reconciling expired leases",
+			       [&] { reconcile_batch(purge_batch_size, &round); });
+	TimestampTz ended = GetCurrentTimestamp();
+	round.at = ended;
+	round.ms = double(ended - started) / 1000.0;
+	purge_status_record(MyDatabaseId, round);
+	return true;
+}
+
+} // namespace
+
+void register_purge_workers()
+{
+	char *list = pstrdup(purge_databases);
+	List *names = NIL;
+	if (!SplitIdentifierString(list, ',', &names))
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("pg_idem.purge_databases is not a valid list of database names"));
+	ListCell *lc;
+	foreach (lc, names) {
+		const char *db = static_cast<const char *>(lfirst(lc));
+		BackgroundWorker worker;
+		memset(&worker, 0, sizeof worker);
+		worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+		worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+		worker.bgw_restart_time = 10;
+		strlcpy(worker.bgw_library_name, "pg_idem", BGW_MAXLEN);
+		strlcpy(worker.bgw_function_name, "idem_purge_worker_main", BGW_MAXLEN);
+		snprintf(worker.bgw_name, BGW_MAXLEN, "pg_idem purge worker for %s", db);
+		strlcpy(worker.bgw_type, "pg_idem purge", BGW_MAXLEN);
+		strlcpy(worker.bgw_extra, db, BGW_EXTRALEN);
+		RegisterBackgroundWorker(&worker);
+	}
+}
+
+} // namespace idem
+
+extern "C" void idem_purge_worker_main(Datum)
+{
+	pqsignal(SIGHUP, SignalHandlerForConfigReload);
+	pqsignal(SIGTERM, die);
+	BackgroundWorkerUnblockSignals();
+
+	char database[BGW_EXTRALEN];
+	strlcpy(database, MyBgworkerEntry->bgw_extra, sizeof database);
+	BackgroundWorkerInitializeConnection(database, NULL, 0);
+	pgstat_report_appname("pg_idem purge");
+	idem::purge_status_attach(MyDatabaseId, MyProcPid);
+	ereport(LOG, errmsg("pg_idem purge worker started for database \"%s\"", database));
+
+	bool said_not_installed = false;
+	for (;;) {
+		bool installed = idem::purge_round();
+		if (!installed && !said_not_installed)
+			ereport(LOG, errmsg("pg_idem purge worker: extension pg_idem is not installed "
+					    "in database \"%s\"; waiting",
+					    database));
+		said_not_installed = !installed;
+		idem::nap(idem::purge_naptime_ms);
+	}
+}

@@ -81,12 +81,16 @@ extern "C" void _PG_init(void)
 				NULL, &idem::default_max_attempts, 5, 1, INT_MAX, PGC_SIGHUP, 0, NULL,
 				NULL, NULL);
 
-	DefineCustomStringVariable("pg_idem.purge_databases",
-				   "Databases the purge worker serves, one worker each.",
-				   "A comma-separated list; empty for no worker. Needs pg_idem in "
-				   "shared_preload_libraries.",
-				   &idem::purge_databases, "postgres", PGC_POSTMASTER, GUC_LIST_INPUT,
-				   NULL, NULL, NULL);
+	// A postmaster-level parameter can only be created while preloading;
+	// loaded later (by CREATE EXTENSION or a first call), there is no worker
+	// to configure anyway.
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomStringVariable("pg_idem.purge_databases",
+					   "Databases the purge worker serves, one worker each.",
+					   "A comma-separated list; empty for no worker. Needs pg_idem "
+					   "in shared_preload_libraries.",
+					   &idem::purge_databases, "postgres", PGC_POSTMASTER,
+					   GUC_LIST_INPUT, NULL, NULL, NULL);
 	DefineCustomIntVariable("pg_idem.purge_naptime", "Time between purge rounds.", NULL,
 				&idem::purge_naptime_ms, 10000, 10, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS,
 				NULL, NULL, NULL);

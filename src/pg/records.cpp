@@ -4,10 +4,11 @@
 // (key_id) DO NOTHING does, built from the executor's own pieces
 // (insert_record), with one addition for expiry:
 //
-//   1. The pre-check looks the key id up in the primary key with a dirty
-//      snapshot: it sees the latest committed record, and waits for a
-//      concurrent transaction that holds the key uncommitted (if that one
-//      rolls back, the key is free again).
+//   1. The pre-check (find_holder) looks the key id up in the primary key
+//      with a dirty snapshot: it sees the latest committed record, and waits
+//      for a concurrent transaction that holds the key uncommitted (if that
+//      one rolls back, the key is free again). No executor state is built
+//      for it.
 //   2. No record: a speculative insertion, re-checked against a concurrent
 //      insert of the same key, exactly as ExecInsert does.
 //   3. A record that is live is a duplicate: nothing is written, and no
@@ -29,6 +30,7 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/relscan.h"
 #include "access/htup_details.h"
 #include "access/stratnum.h"
 #include "access/table.h"
@@ -84,16 +86,46 @@ bool same_text(Datum stored, const text *given)
 // What a claim found: its own new record, or someone's live or expired one.
 enum class Found { inserted, live, expired };
 
-// The record that holds the key (as found by the pre-check, so committed or
-// our own). In REPEATABLE READ and SERIALIZABLE, one our snapshot cannot see
-// is a serialization failure, as in ON CONFLICT DO NOTHING (nodeModifyTable.c,
-// ExecCheckTIDVisible). A key id match with another scope or key is a
-// SHA-256 prefix collision: an error, never a false duplicate.
-Found classify_conflict(const ExtensionObjects &loc, Relation rel, ItemPointer tid,
-			TupleTableSlot *slot, const RecordRef &ref, TimestampTz now)
+// Finds the record that holds ref's key id, as ON CONFLICT's pre-check does
+// (execIndexing.c, check_exclusion_or_unique_constraint): one lookup in the
+// primary key with a dirty snapshot, which sees committed records and our
+// own, and reports a transaction still inserting or deleting one; that
+// transaction is waited for and the lookup repeated. On true, `slot` holds
+// the record.
+bool find_holder(Relation rel, Relation pkey, const RecordRef &ref, TupleTableSlot *slot)
 {
-	if (!table_tuple_fetch_row_version(rel, tid, SnapshotAny, slot))
-		elog(ERROR, "pg_idem: failed to fetch conflicting record");
+	ScanKeyData skey;
+	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_BYTEAEQ, PointerGetDatum(ref.id));
+	for (;;) {
+		SnapshotData dirty;
+		InitDirtySnapshot(dirty);
+		IndexScanDesc scan = index_beginscan(rel, pkey, &dirty, 1, 0);
+		index_rescan(scan, &skey, 1, NULL, 0);
+		bool found = index_getnext_slot(scan, ForwardScanDirection, slot);
+		TransactionId xwait = !found			      ? InvalidTransactionId
+				      : TransactionIdIsValid(dirty.xmin) ? dirty.xmin
+									 : dirty.xmax;
+		index_endscan(scan);
+		if (!TransactionIdIsValid(xwait))
+			return found;
+		ItemPointerData tid = slot->tts_tid;
+		ExecClearTuple(slot);
+		if (dirty.speculativeToken != 0)
+			SpeculativeInsertionWait(dirty.xmin, dirty.speculativeToken);
+		else
+			XactLockTableWait(xwait, rel, &tid, XLTW_InsertIndex);
+		CHECK_FOR_INTERRUPTS();
+	}
+}
+
+// Classifies the record that holds the key. In REPEATABLE READ and
+// SERIALIZABLE, one our snapshot cannot see is a serialization failure, as
+// in ON CONFLICT DO NOTHING (nodeModifyTable.c, ExecCheckTupleVisible). A
+// key id match with another scope or key is a SHA-256 collision: an error,
+// never a false duplicate.
+Found classify_holder(const ExtensionObjects &loc, Relation rel, TupleTableSlot *slot,
+		      const RecordRef &ref, TimestampTz now)
+{
 	bool isnull;
 	if (IsolationUsesXactSnapshot()) {
 		TransactionId xmin = DatumGetTransactionId(
@@ -109,23 +141,22 @@ Found classify_conflict(const ExtensionObjects &loc, Relation rel, ItemPointer t
 			errmsg("pg_idem key id collision"),
 			errdetail("Scope \"%s\" and another (scope, key) share a key id.",
 				  text_to_cstring(ref.scope)),
-			errhint("Report this: it is a SHA-256 prefix collision."));
+			errhint("Report this: it is a SHA-256 collision."));
 	Oid status = DatumGetObjectId(slot_getattr(slot, col_status, &isnull));
 	TimestampTz expires_at = DatumGetTimestampTz(slot_getattr(slot, col_expires_at, &isnull));
-	ExecClearTuple(slot);
 	return expires_at <= now && status != loc.status_in_progress ? Found::expired
 								      : Found::live;
 }
 
-// INSERT ... ON CONFLICT (key_id) DO NOTHING, done with the executor's
-// own building blocks instead of a planned statement: the same pre-check,
-// speculative insertion token and re-check as ExecInsert, minus the parse,
-// plan and executor start-up that dominate a one-row insert. The pre-check
-// sees the latest committed record and waits for an uncommitted one, so a
-// duplicate costs one index lookup and no write.
-Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, const NewRecord &record)
+// The insertion half of INSERT ... ON CONFLICT DO NOTHING, with the
+// executor's own building blocks: a speculative heap insertion, index
+// entries that report a conflict instead of raising unique_violation, and
+// the speculative token that lets a concurrent claimant wait for our
+// decision. Returns false if a concurrent insert of the same key won the
+// race after our lookup (our tuple is then dead, as in ExecInsert).
+bool insert_speculatively(const ExtensionObjects &loc, Relation rel, const RecordRef &ref,
+			  const NewRecord &record)
 {
-	Relation rel = table_open(loc.records, RowExclusiveLock);
 	EState *estate = CreateExecutorState();
 	ResultRelInfo *rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 1, NULL, 0);
@@ -161,36 +192,45 @@ Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, const New
 		set(col_fingerprint, PointerGetDatum(record.fingerprint));
 	ExecStoreVirtualTuple(slot);
 
-	Found found;
-	for (;;) {
-		CHECK_FOR_INTERRUPTS();
-		ItemPointerData conflict;
-		if (!ExecCheckIndexConstraints(rri, slot, estate, &conflict, arbiters)) {
-			found = classify_conflict(loc, rel, &conflict,
-						  table_slot_create(rel, &estate->es_tupleTable), ref,
-						  record.recorded_at);
-			break;
-		}
-		TransactionId xid = GetCurrentTransactionId();
-		uint32 token = SpeculativeInsertionLockAcquire(xid);
-		table_tuple_insert_speculative(rel, slot, GetCurrentCommandId(true), 0, NULL, token);
-		bool spec_conflict = false;
-		list_free(ExecInsertIndexTuples(rri, slot, estate, false, true, &spec_conflict,
-						arbiters));
-		table_tuple_complete_speculative(rel, slot, token, !spec_conflict);
-		SpeculativeInsertionLockRelease(xid);
-		if (!spec_conflict) {
-			found = Found::inserted;
-			// Let later claims in this transaction see it, as a new command would.
-			CommandCounterIncrement();
-			break;
-		}
-		// Lost a race after the pre-check: check again, which now waits.
-	}
+	TransactionId xid = GetCurrentTransactionId();
+	uint32 token = SpeculativeInsertionLockAcquire(xid);
+	table_tuple_insert_speculative(rel, slot, GetCurrentCommandId(true), 0, NULL, token);
+	bool conflict = false;
+	list_free(ExecInsertIndexTuples(rri, slot, estate, false, true, &conflict, arbiters));
+	table_tuple_complete_speculative(rel, slot, token, !conflict);
+	SpeculativeInsertionLockRelease(xid);
 
 	ExecCloseIndices(rri);
 	ExecResetTupleTable(estate->es_tupleTable, false);
 	FreeExecutorState(estate);
+	return !conflict;
+}
+
+// Claims the key for `record` unless a record holds it: a lookup, then,
+// only for a new key, an insertion. Duplicates cost one index lookup, no
+// write and no transaction id.
+Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, const NewRecord &record)
+{
+	Relation rel = table_open(loc.records, RowExclusiveLock);
+	Relation pkey = index_open(loc.records_pkey, RowExclusiveLock);
+	TupleTableSlot *holder = table_slot_create(rel, NULL);
+	Found found;
+	for (;;) {
+		if (find_holder(rel, pkey, ref, holder)) {
+			found = classify_holder(loc, rel, holder, ref, record.recorded_at);
+			break;
+		}
+		if (insert_speculatively(loc, rel, ref, record)) {
+			// Let later claims in this transaction see it, as a new
+			// command would.
+			CommandCounterIncrement();
+			found = Found::inserted;
+			break;
+		}
+		// Lost a race after the lookup: look again, which now waits.
+	}
+	ExecDropSingleTupleTableSlot(holder);
+	index_close(pkey, NoLock);
 	table_close(rel, NoLock);
 	return found;
 }

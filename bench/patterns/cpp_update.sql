@@ -1,0 +1,1 @@
+UPDATE users SET points = points + $2 WHERE id = $1

@@ -1,0 +1,1 @@
+SELECT idem_try_insert(:scope, :k);

@@ -12,12 +12,12 @@ extern "C" {
 #include "postgres.h"
 
 #include "executor/spi.h"
+#include "common/hashfn.h"
 #include "utils/hsearch.h"
 #include "utils/inval.h"
 #include "utils/memutils.h"
 }
 
-#include "core/sha256.hpp"
 #include "pg/plan_cache.hpp"
 
 #include <cstring>
@@ -48,7 +48,7 @@ void create_table()
 	    AllocSetContextCreate(CacheMemoryContext, "pg_idem statements", ALLOCSET_SMALL_SIZES);
 	HASHCTL ctl;
 	memset(&ctl, 0, sizeof ctl);
-	ctl.keysize = sizeof(((Statement *)0)->id);
+	ctl.keysize = sizeof(uint64);
 	ctl.entrysize = sizeof(Statement);
 	ctl.hcxt = statements_context;
 	statements = hash_create("pg_idem statements", 64, &ctl,
@@ -62,14 +62,13 @@ Statement *statement_lookup(const char *signature, size_t signature_len, Oid rel
 	if (statements == NULL)
 		create_table();
 
-	uint8_t id[32];
-	Sha256 h;
-	h.update(signature, signature_len);
-	h.finish(id);
-
+	uint64 hash = hash_bytes_extended(reinterpret_cast<const unsigned char *>(signature),
+					  int(signature_len), 0);
 	bool found;
-	Statement *st = static_cast<Statement *>(hash_search(statements, id, HASH_ENTER, &found));
+	Statement *st = static_cast<Statement *>(hash_search(statements, &hash, HASH_ENTER, &found));
 	if (!found) {
+		st->signature = NULL;
+		st->signature_len = 0;
 		st->relid = relid;
 		st->valid = false;
 		st->plan = NULL;
@@ -77,7 +76,11 @@ Statement *statement_lookup(const char *signature, size_t signature_len, Oid rel
 		st->context = AllocSetContextCreate(statements_context, "pg_idem statement",
 						    ALLOCSET_SMALL_SIZES);
 	}
-	if (statement_ready(st))
+	// Two signatures sharing a hash take turns in one entry: a collision
+	// costs a rebuild, never the wrong statement.
+	bool same = st->signature_len == signature_len &&
+		    memcmp(st->signature, signature, signature_len) == 0;
+	if (same && statement_ready(st))
 		return st;
 
 	if (st->plan != NULL) {
@@ -87,6 +90,9 @@ Statement *statement_lookup(const char *signature, size_t signature_len, Oid rel
 	}
 	MemoryContextReset(st->context);
 	st->info = NULL;
+	st->signature = static_cast<char *>(MemoryContextAlloc(st->context, signature_len + 1));
+	memcpy(st->signature, signature, signature_len);
+	st->signature_len = signature_len;
 	st->relid = relid;
 	st->valid = true;
 	return st;

@@ -16,7 +16,9 @@ namespace idem {
 // a change of its indexes or policies) makes it stale, and the next lookup
 // hands it back for rebuilding.
 struct Statement {
-	uint8_t id[32];	   // SHA-256 of the caller's signature string: the hash key
+	uint64 hash;	       // of the caller's signature string: the hash key
+	char *signature;       // the signature itself, compared on every hit
+	size_t signature_len;
 	Oid relid;	   // the relation whose invalidation makes it stale
 	bool valid;	   // cleared by the invalidation callback
 	SPIPlanPtr plan;   // NULL until built

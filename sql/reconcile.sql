@@ -10,7 +10,8 @@ $$ SELECT CASE WHEN key = 'o-3' THEN NULL   -- the payment API is down: don't kn
 SELECT scope FROM idem_configure('pay', max_attempts => 2,
                                  reconcile_function => 'charge_happened(text,text)');
 
--- Four claims whose holders crashed: their leases have run out.
+-- Four claims whose holders crashed: their leases have run out. (Scope
+-- "other" has no reconciler: reconciliation does not look at it.)
 SELECT key, status, attempt
 FROM unnest(ARRAY['o-1', 'o-2', 'o-3']) AS k(key),
      LATERAL idem_begin('pay', k.key, lease => '1 microsecond');

@@ -9,10 +9,12 @@
 // naps pg_idem.purge_naptime between rounds on its latch.
 //
 // As a PostgreSQL process: SIGHUP reloads the settings; SIGTERM ends it at
-// the next interrupt check, also inside a batch (the batch rolls back);
-// the postmaster restarts it 10 s after a crash; where the extension is not
-// installed (or is dropped while it runs) it logs once and waits. It shows
-// in pg_stat_activity as "pg_idem purge" with wait event Extension.
+// the next interrupt check, also inside a batch (the batch rolls back), and
+// the postmaster starts it again 10 s later, as after a crash (to stop it
+// for good, empty pg_idem.purge_databases and restart); an error ends only
+// the round it happened in; where the extension is not installed (or is
+// dropped while it runs) it logs once and waits. It shows in
+// pg_stat_activity as "pg_idem purge" with wait event Extension.
 extern "C" {
 #include "postgres.h"
 
@@ -49,18 +51,25 @@ namespace idem {
 
 namespace {
 
-// Sleeps on the latch for up to `ms`, waking for SIGHUP and SIGTERM.
+// Sleeps on the latch for `ms`. SIGTERM ends the process at once; SIGHUP
+// reloads the settings and ends the nap, so that a new naptime or rate
+// limit applies now. Other wake-ups go back to sleep.
 void nap(long ms)
 {
-	if (ms > 0) {
-		(void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, ms,
+	TimestampTz deadline = GetCurrentTimestamp() + int64(ms) * 1000;
+	for (;;) {
+		CHECK_FOR_INTERRUPTS();
+		if (ConfigReloadPending) {
+			ConfigReloadPending = false;
+			ProcessConfigFile(PGC_SIGHUP);
+			return;
+		}
+		long remaining = long((deadline - GetCurrentTimestamp()) / 1000);
+		if (remaining <= 0)
+			return;
+		(void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, remaining,
 				PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
-	}
-	CHECK_FOR_INTERRUPTS();
-	if (ConfigReloadPending) {
-		ConfigReloadPending = false;
-		ProcessConfigFile(PGC_SIGHUP);
 	}
 }
 
@@ -87,11 +96,10 @@ template <typename Step> bool in_transaction(const char *activity, Step step)
 }
 
 // One round: batches until one comes back short, then reconciliation.
-// Returns false where the extension is not installed.
-bool purge_round()
+// Returns false where the extension is not installed. `round` collects what
+// was done, also when an error ends the round early.
+bool purge_round(PurgeRound &round)
 {
-	PurgeRound round;
-	memset(&round, 0, sizeof round);
 	TimestampTz started = GetCurrentTimestamp();
 	for (;;) {
 		int batch = purge_batch_size;
@@ -111,9 +119,39 @@ bool purge_round()
 	TimestampTz ended = GetCurrentTimestamp();
 	round.at = ended;
 	round.ms = double(ended - started) / 1000.0;
-	purge_status_record(MyDatabaseId, round);
 	return true;
 }
+
+// Runs a round; an error (a reconciliation function that raises, a table
+// dropped under it) is logged and ends only that round, as in pg_cron: the
+// worker carries on, and what the round did before the error is counted.
+bool guarded_round()
+{
+	static PurgeRound round; // static: it must survive the longjmp below
+	memset(&round, 0, sizeof round);
+	bool installed = true;
+	MemoryContext context = CurrentMemoryContext;
+	PG_TRY();
+	{
+		installed = purge_round(round);
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(context);
+		EmitErrorReport();
+		FlushErrorState();
+		AbortCurrentTransaction();
+		pgstat_report_activity(STATE_IDLE, NULL);
+		round.at = GetCurrentTimestamp();
+	}
+	PG_END_TRY();
+	if (installed)
+		purge_status_record(MyDatabaseId, round);
+	return installed;
+}
+
+// The pid in the status is only shown while the worker runs.
+void detach_status(int, Datum) { purge_status_attach(MyDatabaseId, 0); }
 
 } // namespace
 
@@ -154,11 +192,12 @@ extern "C" void idem_purge_worker_main(Datum)
 	BackgroundWorkerInitializeConnection(database, NULL, 0);
 	pgstat_report_appname("pg_idem purge");
 	idem::purge_status_attach(MyDatabaseId, MyProcPid);
+	before_shmem_exit(idem::detach_status, 0);
 	ereport(LOG, errmsg("pg_idem purge worker started for database \"%s\"", database));
 
 	bool said_not_installed = false;
 	for (;;) {
-		bool installed = idem::purge_round();
+		bool installed = idem::guarded_round();
 		if (!installed && !said_not_installed)
 			ereport(LOG, errmsg("pg_idem purge worker: extension pg_idem is not installed "
 					    "in database \"%s\"; waiting",

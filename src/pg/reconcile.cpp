@@ -6,7 +6,9 @@
 // reconciliation function fn(scope, key) whether the effect happened:
 // true -> completed, false -> failed (or dead when the attempts are used
 // up), NULL -> left as it is and reported 'unknown'. Scopes without a
-// function are reported 'no_reconciler' and left alone. A late idem_complete
+// function are not looked at, so that their claims (which only a takeover
+// ends) never take the places of claims that can be settled; a scope whose
+// function was dropped since is reported 'no_reconciler'. A late idem_complete
 // of the same attempt queues behind the row lock and is then refused, since
 // the record is no longer in progress.
 //
@@ -86,15 +88,26 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 
-	Oid select_types[] = {TEXTOID, INT4OID};
-	idem::Statement *select = idem::statement_for(
-	    "reconcile:select", objects.records, objects.records_name,
-	    "SELECT key_id, scope, key, attempts, attempt_base FROM %s "
-	    "WHERE status OPERATOR(pg_catalog.=) 'in_progress' "
-	    "AND lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() "
-	    "AND ($1 IS NULL OR scope OPERATOR(pg_catalog.=) $1) "
-	    "ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-	    2, select_types);
+	// Only scopes with a reconciliation function: claims nothing can settle
+	// must not take the places of those that can.
+	static const char select_signature[] = "reconcile:select";
+	idem::Statement *select =
+	    idem::statement_lookup(select_signature, sizeof select_signature, objects.records);
+	if (!idem::statement_ready(select)) {
+		Oid select_types[] = {TEXTOID, INT4OID};
+		idem::statement_prepare(
+		    select,
+		    psprintf("SELECT r.key_id, r.scope, r.key, r.attempts, r.attempt_base FROM %s r "
+			     "WHERE r.status OPERATOR(pg_catalog.=) 'in_progress' "
+			     "AND r.lease_expires_at OPERATOR(pg_catalog.<=) "
+			     "pg_catalog.clock_timestamp() "
+			     "AND ($1 IS NULL OR r.scope OPERATOR(pg_catalog.=) $1) "
+			     "AND r.scope COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) ANY (ARRAY("
+			     "SELECT s.scope FROM %s s WHERE s.reconcile_function IS NOT NULL)) "
+			     "ORDER BY r.lease_expires_at LIMIT $2 FOR UPDATE OF r SKIP LOCKED",
+			     objects.records_name, objects.scopes_name),
+		    2, select_types);
+	}
 	Datum select_values[] = {PG_ARGISNULL(0) ? 0 : PG_GETARG_DATUM(0), Int32GetDatum(max_rows)};
 	char select_nulls[] = {PG_ARGISNULL(0) ? 'n' : ' ', ' '};
 	if (SPI_execute_plan(select->plan, select_values, select_nulls, false, 0) != SPI_OK_SELECT)

@@ -27,13 +27,7 @@ constexpr int max_slots = 64;
 struct Slot {
 	slock_t mutex;
 	Oid database; // InvalidOid: free
-	int pid;
-	PurgeRound last;
-	int64 rounds;
-	int64 purged_total;
-	int64 reconciled_completed;
-	int64 reconciled_failed;
-	int64 reconciled_unknown;
+	PurgeWorkerStatus status;
 };
 
 struct SharedStatus {
@@ -86,7 +80,7 @@ void purge_status_attach(Oid database, int pid)
 	if (slot == NULL)
 		return;
 	SpinLockAcquire(&slot->mutex);
-	slot->pid = pid;
+	slot->status.pid = pid;
 	SpinLockRelease(&slot->mutex);
 }
 
@@ -96,12 +90,13 @@ void purge_status_record(Oid database, const PurgeRound &round)
 	if (slot == NULL)
 		return;
 	SpinLockAcquire(&slot->mutex);
-	slot->last = round;
-	slot->rounds++;
-	slot->purged_total += round.rows;
-	slot->reconciled_completed += round.reconciled_completed;
-	slot->reconciled_failed += round.reconciled_failed;
-	slot->reconciled_unknown += round.reconciled_unknown;
+	PurgeWorkerStatus &s = slot->status;
+	s.last = round;
+	s.rounds++;
+	s.purged_total += round.rows;
+	s.reconciled_completed += round.reconciled_completed;
+	s.reconciled_failed += round.reconciled_failed;
+	s.reconciled_unknown += round.reconciled_unknown;
 	SpinLockRelease(&slot->mutex);
 }
 
@@ -113,15 +108,9 @@ PurgeWorkerStatus purge_status_read(Oid database)
 	if (slot == NULL)
 		return status;
 	SpinLockAcquire(&slot->mutex);
-	status.found = true;
-	status.pid = slot->pid;
-	status.last = slot->last;
-	status.rounds = slot->rounds;
-	status.purged_total = slot->purged_total;
-	status.reconciled_completed = slot->reconciled_completed;
-	status.reconciled_failed = slot->reconciled_failed;
-	status.reconciled_unknown = slot->reconciled_unknown;
+	status = slot->status;
 	SpinLockRelease(&slot->mutex);
+	status.found = true;
 	return status;
 }
 

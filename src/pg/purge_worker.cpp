@@ -203,6 +203,9 @@ extern "C" void idem_purge_worker_main(Datum)
 					    "in database \"%s\"; waiting",
 					    database));
 		said_not_installed = !installed;
+		// Flush the round's table statistics now, not up to a second later
+		// (which would be after the nap): autovacuum decides on them.
+		pgstat_report_stat(true);
 		idem::nap(idem::purge_naptime_ms);
 	}
 }

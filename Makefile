@@ -22,6 +22,7 @@ OBJS = $(CORE_OBJS) \
 	src/pg/purge.o \
 	src/pg/purge_status.o \
 	src/pg/purge_worker.o \
+	src/pg/purge_vacuum.o \
 	src/pg/plan_cache.o \
 	src/pg/user_table.o \
 	src/pg/try_insert_row.o \
@@ -32,7 +33,7 @@ DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 
 REGRESS = records_table try_insert try_insert_row versioned_update claim configure reconcile purge
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
-ISOLATION = try_insert_race try_insert_row_race versioned_update_race claim_begin_race claim_wait claim_lease claim_fingerprint claim_max_attempts claim_reconcile claim_disconnect
+ISOLATION = try_insert_race try_insert_row_race versioned_update_race claim_begin_race claim_wait claim_lease claim_fingerprint claim_max_attempts claim_reconcile claim_disconnect purge_race
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=$(EXTENSION)
 
 PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config

@@ -58,6 +58,7 @@ int purge_naptime_ms = 10000;
 int purge_batch_size = 1000;
 int purge_rate_limit = 0;
 bool purge_reconcile = true;
+bool purge_vacuum = true;
 }
 
 extern "C" void _PG_init(void)
@@ -105,6 +106,10 @@ extern "C" void _PG_init(void)
 	DefineCustomBoolVariable("pg_idem.purge_reconcile",
 				 "Whether each purge round also reconciles expired leases.", NULL,
 				 &idem::purge_reconcile, true, PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("pg_idem.purge_vacuum",
+				 "Whether the purge worker vacuums idem_records itself when a round "
+				 "leaves it due, without waiting for autovacuum's next visit.",
+				 NULL, &idem::purge_vacuum, true, PGC_SIGHUP, 0, NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("pg_idem");
 

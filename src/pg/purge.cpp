@@ -1,19 +1,26 @@
 // idem_purge and idem_purge_status, and the batch both they and the purge
 // worker (purge_worker.cpp) run.
 //
-// A batch is
-//   DELETE FROM idem_records WHERE ctid = ANY (ARRAY(
-//       SELECT ctid FROM idem_records WHERE expires_at <= now()
-//       AND status <> 'in_progress' LIMIT n FOR UPDATE SKIP LOCKED))
-// found through the BRIN index on expires_at. It takes only row locks, and
-// skips rows that anyone else holds: a consumer renewing an expired record
-// is never blocked by a purge, and two purges never count a row twice. A
-// consumer that meets a record being purged waits for that batch's commit
-// (short: batches are small), then finds the key free.
+// A batch finds up to n expired records that are not in progress,
+//   SELECT ctid FROM idem_records WHERE expires_at <= now()
+//   AND status <> 'in_progress' LIMIT n
+// (through the BRIN index on expires_at while expired records sit together),
+// then deletes each with table_tuple_delete(wait = false). That delete
+// succeeds only if the version the search saw is still the latest and nobody
+// holds it: a row that a consumer has renewed, claimed or locked since, or
+// that another purge is deleting, is skipped, never waited for. So a purge
+// never blocks a consumer, two purges never count a row twice, and a row
+// costs one WAL record (its delete) instead of two (a row lock, then the
+// delete). A consumer that meets a record in a batch being deleted waits for
+// that batch's commit, then finds the key free. idem_records has no
+// triggers or rules of ours to bypass; the heap delete keeps TOAST, the
+// statistics and logical decoding right.
 extern "C" {
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/table.h"
+#include "access/tableam.h"
 #include "access/xact.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
@@ -21,6 +28,7 @@ extern "C" {
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/snapmgr.h"
 #include "utils/timestamp.h"
 }
 
@@ -36,24 +44,39 @@ namespace idem {
 int64 purge_batch(int max_rows)
 {
 	const ExtensionObjects &objects = extension_objects();
-	static const char signature[] = "purge:batch";
+	static const char signature[] = "purge:candidates";
 	Statement *st = statement_lookup(signature, sizeof signature, objects.records);
 	if (!statement_ready(st)) {
 		Oid types[] = {INT4OID};
-		statement_prepare(
-		    st,
-		    psprintf("DELETE FROM %s WHERE ctid OPERATOR(pg_catalog.=) ANY (ARRAY("
-			     "SELECT ctid FROM %s "
-			     "WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
-			     "AND status OPERATOR(pg_catalog.<>) 'in_progress' LIMIT $1 "
-			     "FOR UPDATE SKIP LOCKED))",
-			     objects.records_name, objects.records_name),
-		    1, types);
+		statement_prepare(st,
+				  psprintf("SELECT ctid FROM %s "
+					   "WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
+					   "AND status OPERATOR(pg_catalog.<>) 'in_progress' LIMIT $1",
+					   objects.records_name),
+				  1, types);
 	}
 	Datum values[] = {Int32GetDatum(max_rows)};
-	if (SPI_execute_plan(st->plan, values, NULL, false, 0) != SPI_OK_DELETE)
-		elog(ERROR, "pg_idem: purge batch failed");
-	return int64(SPI_processed);
+	if (SPI_execute_plan(st->plan, values, NULL, false, max_rows) != SPI_OK_SELECT)
+		elog(ERROR, "pg_idem: purge search failed");
+
+	Relation records = table_open(objects.records, RowExclusiveLock);
+	CommandId cid = GetCurrentCommandId(true);
+	int64 purged = 0;
+	for (uint64 i = 0; i < SPI_processed; i++) {
+		bool isnull;
+		ItemPointer tid = reinterpret_cast<ItemPointer>(DatumGetPointer(
+		    SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull)));
+		TM_FailureData failure;
+		// The candidate's version passed the search's test; TM_Ok means it is
+		// still the latest and now deleted. Anything else (renewed, locked,
+		// deleted by someone else) is left alone.
+		if (table_tuple_delete(records, tid, cid, GetActiveSnapshot(), InvalidSnapshot,
+				       false, &failure, false) == TM_Ok)
+			purged++;
+	}
+	table_close(records, NoLock);
+	CommandCounterIncrement();
+	return purged;
 }
 
 void reconcile_batch(int max_rows, PurgeRound *round)

@@ -6,7 +6,9 @@
 // each batch its own transaction (purge.cpp: row locks only, SKIP LOCKED),
 // sleeping between batches as pg_idem.purge_rate_limit requires; then, if
 // pg_idem.purge_reconcile is on, reconciles a batch of expired leases. It
-// naps pg_idem.purge_naptime between rounds on its latch.
+// naps pg_idem.purge_naptime between rounds on its latch. After a round it
+// vacuums idem_records itself when autovacuum's own test says it is due
+// (purge_vacuum.cpp). Its commits are asynchronous (see below).
 //
 // As a PostgreSQL process: SIGHUP reloads the settings; SIGTERM ends it at
 // the next interrupt check, also inside a batch (the batch rolls back), and
@@ -42,6 +44,7 @@ PGDLLEXPORT void idem_purge_worker_main(Datum arg);
 
 #include "pg/purge.hpp"
 #include "pg/purge_status.hpp"
+#include "pg/purge_vacuum.hpp"
 #include "pg/purge_worker.hpp"
 #include "pg/settings.hpp"
 
@@ -119,6 +122,8 @@ bool purge_round(PurgeRound &round)
 	TimestampTz ended = GetCurrentTimestamp();
 	round.at = ended;
 	round.ms = double(ended - started) / 1000.0;
+	// Not part of the round's time: the vacuum is the table's, not the purge's.
+	vacuum_records_if_due();
 	return true;
 }
 
@@ -129,7 +134,7 @@ bool guarded_round()
 {
 	static PurgeRound round; // static: it must survive the longjmp below
 	memset(&round, 0, sizeof round);
-	bool installed = true;
+	volatile bool installed = true;
 	MemoryContext context = CurrentMemoryContext;
 	PG_TRY();
 	{
@@ -190,6 +195,11 @@ extern "C" void idem_purge_worker_main(Datum)
 	char database[BGW_EXTRALEN];
 	strlcpy(database, MyBgworkerEntry->bgw_extra, sizeof database);
 	BackgroundWorkerInitializeConnection(database, NULL, 0);
+	// A purge lost in a crash is redone by the next round, and a consumer's
+	// own durable commit flushes the WAL of every purge it saw. So the
+	// worker's commits need not wait for their WAL flush, and on a
+	// commit-bound server they no longer queue with the consumers' commits.
+	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 	pgstat_report_appname("pg_idem purge");
 	idem::purge_status_attach(MyDatabaseId, MyProcPid);
 	before_shmem_exit(idem::detach_status, 0);

@@ -20,5 +20,6 @@ extern int purge_naptime_ms;   // pg_idem.purge_naptime
 extern int purge_batch_size;   // pg_idem.purge_batch_size
 extern int purge_rate_limit;   // pg_idem.purge_rate_limit, rows per second, 0: none
 extern bool purge_reconcile;   // pg_idem.purge_reconcile
+extern bool purge_vacuum;      // pg_idem.purge_vacuum
 
 } // namespace idem

@@ -392,6 +392,11 @@ wait_purged('purged at the next rounds');
 # ---------------------------------------------------------------------------
 note 'kill -9: crash restart of the whole server';
 
+# The worker commits asynchronously, so a crash can undo its last purges
+# (they are then redone). A consumer's durable commit flushes them, since
+# the WAL is one stream: here, a record written after the purge.
+is(insert_records('durable', 1, '1 day'), 1,
+	'a consumer commits after the purge (synchronous_commit = on)');
 $offset = -s $node->logfile;
 kill 'KILL', $pid;
 $node->wait_for_log(

@@ -8,7 +8,9 @@ MODULE_big = pg_idem
 CORE_OBJS = \
 	src/core/sha256.o \
 	src/core/record_key.o \
-	src/core/claim_rules.o
+	src/core/claim_rules.o \
+	src/core/canonical_json.o \
+	src/core/message_key.o
 OBJS = $(CORE_OBJS) \
 	src/pg/module.o \
 	src/pg/extension_objects.o \

@@ -10,7 +10,8 @@ CORE_OBJS = \
 	src/core/record_key.o \
 	src/core/claim_rules.o \
 	src/core/canonical_json.o \
-	src/core/message_key.o
+	src/core/message_key.o \
+	src/core/replay_window.o
 OBJS = $(CORE_OBJS) \
 	src/pg/module.o \
 	src/pg/extension_objects.o \
@@ -28,14 +29,16 @@ OBJS = $(CORE_OBJS) \
 	src/pg/plan_cache.o \
 	src/pg/user_table.o \
 	src/pg/try_insert_row.o \
-	src/pg/versioned_update.o
+	src/pg/versioned_update.o \
+	src/pg/message_keys.o \
+	src/pg/stream_positions.o
 
 # One SQL source; the versioned install script is generated from it.
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 
-REGRESS = records_table try_insert try_insert_row versioned_update claim configure reconcile purge
+REGRESS = records_table try_insert try_insert_row versioned_update claim configure reconcile purge message_keys stream_positions
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
-ISOLATION = try_insert_race try_insert_row_race versioned_update_race claim_begin_race claim_wait claim_lease claim_fingerprint claim_max_attempts claim_reconcile claim_disconnect purge_race
+ISOLATION = try_insert_race try_insert_row_race versioned_update_race claim_begin_race claim_wait claim_lease claim_fingerprint claim_max_attempts claim_reconcile claim_disconnect purge_race stream_advance_race
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=$(EXTENSION)
 
 PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config

@@ -244,3 +244,88 @@ CREATE VIEW @extschema@.idem_purge_status AS SELECT * FROM @extschema@.idem_purg
 REVOKE ALL ON FUNCTION @extschema@.idem_purge(integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_purge_status() FROM PUBLIC;
 REVOKE ALL ON @extschema@.idem_purge_status FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- Computed keys and payload fingerprints (src/core/message_key.hpp gives the
+-- canonical form and the digest; README "Computed keys").
+-- ---------------------------------------------------------------------------
+
+CREATE FUNCTION @extschema@.idem_key(payload jsonb, VARIADIC fields text[])
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_key'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+CREATE FUNCTION @extschema@.idem_fingerprint(payload jsonb)
+RETURNS text
+AS 'MODULE_PATHNAME', 'idem_fingerprint'
+LANGUAGE C IMMUTABLE PARALLEL SAFE;
+
+-- ---------------------------------------------------------------------------
+-- Stream positions: dedup without a record per message, for consumers that
+-- own a partition. One row per (stream, part): the high-water mark and an
+-- anti-replay window (RFC 4303, 3.4.3) of the positions below it.
+-- ---------------------------------------------------------------------------
+
+CREATE TABLE @extschema@.idem_streams (
+    stream       text COLLATE "C" NOT NULL,
+    part         integer NOT NULL,
+    position     bigint NOT NULL,    -- the highest position accepted
+    window_size  integer NOT NULL,   -- the window of the last idem_advance
+    window_state bytea NOT NULL,     -- src/core/replay_window.hpp's encoding
+    updated_at   timestamptz NOT NULL,
+    PRIMARY KEY (stream, part)
+) WITH (fillfactor = 50); -- room on the page for HOT updates: a row is rewritten per message
+
+REVOKE ALL ON TABLE @extschema@.idem_streams FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_streams', '');
+
+-- True, and the position recorded, if it is above the stream's high-water
+-- mark or inside the window and not seen before; false for a replay or a
+-- position too old for the window. In the caller's transaction.
+CREATE FUNCTION @extschema@.idem_advance(stream text, part integer, "position" bigint,
+                                         "window" integer DEFAULT 0)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_advance'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+
+-- The stream's high-water mark, NULL if nothing was accepted yet: where a
+-- consumer seeks after a restart.
+CREATE FUNCTION @extschema@.idem_position(stream text, part integer)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_position'
+LANGUAGE C STABLE PARALLEL SAFE SECURITY DEFINER;
+
+-- Internal: the window after accepting `position`, or NULL if it must be
+-- rejected. idem_advance calls it inside its UPDATE, so that a concurrent
+-- advance re-evaluates it on the row's latest version.
+CREATE FUNCTION @extschema@.idem_stream_step(window_state bytea, "position" bigint,
+                                             "window" integer)
+RETURNS bytea
+AS 'MODULE_PATHNAME', 'idem_stream_step'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- Internal: how many positions below the high-water mark the window holds
+-- as seen.
+CREATE FUNCTION @extschema@.idem_stream_window_seen(window_state bytea)
+RETURNS integer
+AS 'MODULE_PATHNAME', 'idem_stream_window_seen'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- Operator tools.
+CREATE VIEW @extschema@.idem_stream_positions AS
+SELECT stream, part, position, window_size,
+       @extschema@.idem_stream_window_seen(window_state) AS window_seen,
+       updated_at
+FROM @extschema@.idem_streams;
+
+-- Forgets a stream (every part, or one): the next idem_advance starts it
+-- afresh and accepts any position. Returns how many parts were forgotten.
+CREATE FUNCTION @extschema@.idem_reset_stream(stream text, part integer DEFAULT NULL)
+RETURNS bigint
+AS 'MODULE_PATHNAME', 'idem_reset_stream'
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_advance(text, integer, bigint, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_position(text, integer) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_reset_stream(text, integer) FROM PUBLIC;
+REVOKE ALL ON @extschema@.idem_stream_positions FROM PUBLIC;

@@ -49,7 +49,8 @@ Oid extension_schema(Oid ext)
 
 void forget(Datum, Oid relid)
 {
-	if (relid == InvalidOid || relid == objects.records || relid == objects.scopes)
+	if (relid == InvalidOid || relid == objects.records || relid == objects.scopes ||
+	    relid == objects.streams)
 		objects.valid = false;
 }
 
@@ -81,10 +82,12 @@ const ExtensionObjects &extension_objects()
 	found.records = get_relname_relid("idem_records", schema);
 	found.records_pkey = get_relname_relid("idem_records_pkey", schema);
 	found.scopes = get_relname_relid("idem_scopes", schema);
+	found.streams = get_relname_relid("idem_streams", schema);
 	found.status_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 					    CStringGetDatum("idem_status"), ObjectIdGetDatum(schema));
 	if (!OidIsValid(found.records) || !OidIsValid(found.records_pkey) ||
-	    !OidIsValid(found.scopes) || !OidIsValid(found.status_type))
+	    !OidIsValid(found.scopes) || !OidIsValid(found.streams) ||
+	    !OidIsValid(found.status_type))
 		ereport(ERROR, errcode(ERRCODE_UNDEFINED_TABLE),
 			errmsg("pg_idem's tables are missing"),
 			errhint("Recreate the extension: DROP EXTENSION pg_idem; CREATE EXTENSION "
@@ -96,12 +99,13 @@ const ExtensionObjects &extension_objects()
 
 	const char *schema_name = get_namespace_name(schema);
 	for (const char *old : {objects.schema_name, objects.records_name, objects.scopes_name,
-				objects.status_type_name})
+				objects.streams_name, objects.status_type_name})
 		if (old != NULL)
 			pfree(const_cast<char *>(old));
 	found.schema_name = MemoryContextStrdup(TopMemoryContext, quote_identifier(schema_name));
 	found.records_name = qualified(schema_name, "idem_records");
 	found.scopes_name = qualified(schema_name, "idem_scopes");
+	found.streams_name = qualified(schema_name, "idem_streams");
 	found.status_type_name = qualified(schema_name, "idem_status");
 	found.valid = true;
 	objects = found;

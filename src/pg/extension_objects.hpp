@@ -11,6 +11,7 @@ struct ExtensionObjects {
 	Oid records;	     // idem_records
 	Oid records_pkey;    // its primary key, on key_id
 	Oid scopes;	     // idem_scopes
+	Oid streams;	     // idem_streams
 	Oid status_type;     // idem_status and its labels
 	Oid status_in_progress;
 	Oid status_completed;
@@ -19,6 +20,7 @@ struct ExtensionObjects {
 	const char *schema_name;  // quoted, for SQL text
 	const char *records_name; // schema-qualified and quoted, for SQL text
 	const char *scopes_name;
+	const char *streams_name;
 	const char *status_type_name;
 };
 

@@ -1,0 +1,135 @@
+// idem_key(payload, VARIADIC fields) and idem_fingerprint(payload): the
+// SQL face of src/core/message_key.hpp, which defines the canonical form,
+// the digest and the field paths.
+//
+// The payload reaches the core as jsonb's text output, which the core
+// canonicalises (jsonb has already dropped duplicate members and
+// whitespace; the core sorts members and respells numbers). C++ objects
+// live only inside compute(): it copies the digest or the error into plain
+// buffers, and the ereport that may follow runs after they are destroyed.
+extern "C" {
+#include "postgres.h"
+
+#include "catalog/pg_type_d.h"
+#include "fmgr.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/jsonb.h"
+}
+
+#include "core/message_key.hpp"
+#include "pg/guard.hpp"
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+struct Outcome {
+	char hex[idem::digest_hex_length + 1];
+	idem::KeyErrc error;
+	char message[512];
+};
+
+// fields == NULL: the fingerprint.
+void compute(const char *json, size_t json_len, const char *const *fields, const int *field_lens,
+	     int nfields, Outcome *out)
+{
+	std::string hex;
+	out->error = idem::KeyErrc::none;
+	if (fields == NULL) {
+		idem::JsonError err;
+		if (!idem::fingerprint_hex(std::string_view(json, json_len), hex, err)) {
+			out->error = idem::KeyErrc::invalid_json;
+			strlcpy(out->message, err.message.c_str(), sizeof out->message);
+		}
+	} else {
+		std::vector<std::string_view> paths;
+		paths.reserve(nfields);
+		for (int i = 0; i < nfields; i++)
+			paths.emplace_back(fields[i], field_lens[i]);
+		idem::KeyError err;
+		if (!idem::message_key_hex(std::string_view(json, json_len), paths, hex, err)) {
+			out->error = err.code;
+			strlcpy(out->message, err.message.c_str(), sizeof out->message);
+		}
+	}
+	if (out->error == idem::KeyErrc::none)
+		strlcpy(out->hex, hex.c_str(), sizeof out->hex);
+}
+
+Datum digest_or_error(const char *fn, const Outcome &out)
+{
+	switch (out.error) {
+	case idem::KeyErrc::none:
+		return CStringGetTextDatum(out.hex);
+	case idem::KeyErrc::missing_field:
+	case idem::KeyErrc::wrong_type:
+		ereport(ERROR, errcode(ERRCODE_SQL_JSON_MEMBER_NOT_FOUND),
+			errmsg("%s: %s", fn, out.message),
+			errhint("A key must be computed from fields every message has."));
+		break;
+	case idem::KeyErrc::invalid_json:
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("%s: %s", fn, out.message));
+		break;
+	default:
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("%s: %s", fn, out.message));
+	}
+	pg_unreachable();
+}
+
+char *payload_text(const char *fn, FunctionCallInfo fcinfo, size_t *len)
+{
+	if (PG_ARGISNULL(0))
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			errmsg("%s: payload must not be null", fn));
+	Jsonb *payload = PG_GETARG_JSONB_P(0);
+	char *json = JsonbToCString(NULL, &payload->root, VARSIZE(payload));
+	*len = strlen(json);
+	return json;
+}
+
+} // namespace
+
+// idem_key(payload jsonb, VARIADIC fields text[]) RETURNS text
+IDEM_SQL_FUNCTION(idem_key)
+{
+	static const char fn[] = "idem_key";
+	size_t json_len;
+	char *json = payload_text(fn, fcinfo, &json_len);
+	if (PG_ARGISNULL(1))
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			errmsg("%s: fields must not be null", fn));
+	ArrayType *array = PG_GETARG_ARRAYTYPE_P(1);
+	Datum *elems;
+	bool *nulls;
+	int n;
+	deconstruct_array(array, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
+	const char **fields = static_cast<const char **>(palloc(sizeof(char *) * (n + 1)));
+	int *lens = static_cast<int *>(palloc(sizeof(int) * (n + 1)));
+	for (int i = 0; i < n; i++) {
+		if (nulls[i])
+			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+				errmsg("%s: field %d is null", fn, i + 1));
+		text *field = DatumGetTextPP(elems[i]);
+		fields[i] = VARDATA_ANY(field);
+		lens[i] = VARSIZE_ANY_EXHDR(field);
+	}
+	Outcome out;
+	compute(json, json_len, fields, lens, n, &out);
+	PG_RETURN_DATUM(digest_or_error(fn, out));
+}
+
+// idem_fingerprint(payload jsonb) RETURNS text
+IDEM_SQL_FUNCTION(idem_fingerprint)
+{
+	static const char fn[] = "idem_fingerprint";
+	size_t json_len;
+	char *json = payload_text(fn, fcinfo, &json_len);
+	Outcome out;
+	compute(json, json_len, NULL, NULL, 0, &out);
+	PG_RETURN_DATUM(digest_or_error(fn, out));
+}

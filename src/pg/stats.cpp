@@ -2,8 +2,8 @@
 //
 // The table. A shared hash table of entries keyed by (database, scope), of a
 // fixed size set at server start by pg_idem.stats_max_scopes (as
-// pg_stat_statements.max sizes pg_stat_statements). It never evicts, so a
-// count once taken is never lost. Once it holds stats_max_scopes scopes, a
+// pg_stat_statements.max sizes pg_stat_statements). It never evicts: no
+// count is dropped for lack of room. Once it holds stats_max_scopes scopes, a
 // scope not yet in it is counted in its database's "other" entry (scope NULL
 // in idem_stats). The first max_other_entries databases that need one get
 // one; after that (more databases than that, all over the limit) counts go
@@ -25,11 +25,15 @@
 //   (an error there releases the lock with the transaction, as in
 //   pg_stat_statements).
 // - At server start and at shutdown the postmaster reads and writes the
-//   table without locks: no other process exists at those moments.
+//   table without any lock, spinlocks included: no other process exists at
+//   those moments, and one that was killed by an immediate shutdown may
+//   have left a spinlock held.
 //
-// The stats file. At a clean shutdown the postmaster writes every entry to
-// pg_stat/pg_idem_stats.stat (a temporary file, then a durable rename); at
-// start it loads the file and deletes it. After a crash nothing is written,
+// The stats file. When the postmaster exits normally (a smart, fast or
+// immediate shutdown) it writes every entry to pg_stat/pg_idem_stats.stat
+// (a temporary file, then a durable rename); at start it loads the file and
+// deletes it. After a crash (the postmaster reinitializes shared memory, or
+// is itself killed) nothing is written,
 // and the next start finds no file (the previous start deleted it), so the
 // counters start at zero rather than from a stale copy. Loaded entries go
 // through the same overflow rules, so a lower stats_max_scopes folds the
@@ -228,12 +232,17 @@ void clear_table()
 	init_entry(&shared->all_databases);
 }
 
-void copy_counts(Counts *out, Entry *entry)
+void fill_counts(Counts *out, const Entry *entry)
 {
 	out->key = entry->key;
-	SpinLockAcquire(&entry->mutex);
 	out->since = entry->since;
 	memcpy(out->counts, entry->counts, sizeof out->counts);
+}
+
+void copy_counts(Counts *out, Entry *entry)
+{
+	SpinLockAcquire(&entry->mutex);
+	fill_counts(out, entry);
 	SpinLockRelease(&entry->mutex);
 }
 
@@ -292,7 +301,7 @@ bool write_entries(FILE *file)
 	Entry *entry;
 	while ((entry = static_cast<Entry *>(hash_seq_search(&seq))) != NULL) {
 		Counts out;
-		copy_counts(&out, entry);
+		fill_counts(&out, entry);
 		if (fwrite(&out, sizeof out, 1, file) != 1) {
 			hash_seq_term(&seq);
 			return false;
@@ -300,15 +309,15 @@ bool write_entries(FILE *file)
 	}
 	if (with_all) {
 		Counts out;
-		copy_counts(&out, &shared->all_databases);
+		fill_counts(&out, &shared->all_databases);
 		if (fwrite(&out, sizeof out, 1, file) != 1)
 			return false;
 	}
 	return true;
 }
 
-// on_shmem_exit of the postmaster: writes the file at a clean shutdown
-// (code 0) only. After a crash the counters are not saved.
+// on_shmem_exit of the postmaster: writes the file when it exits normally
+// (code 0) only; not when it reinitializes after a crash (code 1).
 void write_file(int code, Datum)
 {
 	if (code != 0 || shared == NULL || table == NULL)

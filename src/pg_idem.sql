@@ -329,3 +329,47 @@ REVOKE ALL ON FUNCTION @extschema@.idem_advance(text, integer, bigint, integer) 
 REVOKE ALL ON FUNCTION @extschema@.idem_position(text, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_reset_stream(text, integer) FROM PUBLIC;
 REVOKE ALL ON @extschema@.idem_stream_positions FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- Statistics (needs pg_idem in shared_preload_libraries; see stats.cpp).
+-- ---------------------------------------------------------------------------
+
+-- What the functions answered, per database and scope, since the counters
+-- were last reset. A NULL scope is a database's "other" row: its scopes
+-- beyond pg_idem.stats_max_scopes. The cache counters stay 0: the duplicate
+-- cache is not built yet.
+CREATE FUNCTION @extschema@.idem_stats(
+    OUT dbid oid,
+    OUT scope text,
+    OUT claims bigint,
+    OUT duplicates bigint,
+    OUT in_progress bigint,
+    OUT takeovers bigint,
+    OUT completions bigint,
+    OUT failures bigint,
+    OUT dead_letters bigint,
+    OUT purged bigint,
+    OUT reconciled bigint,
+    OUT cache_hits bigint,
+    OUT cache_misses bigint,
+    OUT stats_since timestamptz)
+RETURNS SETOF record
+AS 'MODULE_PATHNAME', 'idem_stats'
+LANGUAGE C VOLATILE PARALLEL SAFE;
+
+CREATE VIEW @extschema@.idem_stats AS
+SELECT s.dbid, d.datname AS database, s.scope, s.claims, s.duplicates, s.in_progress,
+       s.takeovers, s.completions, s.failures, s.dead_letters, s.purged, s.reconciled,
+       s.cache_hits, s.cache_misses, s.stats_since
+FROM @extschema@.idem_stats() s
+LEFT JOIN pg_catalog.pg_database d ON d.oid OPERATOR(pg_catalog.=) s.dbid;
+
+-- Sets every counter of every database back to zero.
+CREATE FUNCTION @extschema@.idem_stats_reset()
+RETURNS void
+AS 'MODULE_PATHNAME', 'idem_stats_reset'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_stats() FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_stats_reset() FROM PUBLIC;
+REVOKE ALL ON @extschema@.idem_stats FROM PUBLIC;

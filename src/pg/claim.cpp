@@ -47,6 +47,7 @@ extern "C" {
 #include "pg/records.hpp"
 #include "pg/scopes.hpp"
 #include "pg/settings.hpp"
+#include "pg/stats.hpp"
 
 #include <cstring>
 
@@ -311,6 +312,8 @@ struct Claim {
 	Datum result;
 	TimestampTz lease_expires_at;
 	text *last_error;
+	bool took_over;	  // acquired from a holder whose lease ran out (or who is gone)
+	bool became_dead; // this call marked the record dead
 };
 
 Claim decide_and_write(const BeginArgs &args)
@@ -332,7 +335,7 @@ Claim decide_and_write(const BeginArgs &args)
 		case idem::ClaimAction::claim_next:
 			write_claim(args, true, r.attempts + 1, r.attempt_base, false, now);
 			return Claim{"acquired", r.attempts + 1, 0, lease_end(args, now),
-				     r.last_error};
+				     r.last_error, r.state == idem::RecordState::in_progress};
 		case idem::ClaimAction::report_in_progress:
 			c.status = "in_progress";
 			return c;
@@ -342,6 +345,7 @@ Claim decide_and_write(const BeginArgs &args)
 		case idem::ClaimAction::mark_dead:
 			mark_dead(args.ref, r.attempts);
 			c.status = "dead";
+			c.became_dead = true;
 			c.lease_expires_at = 0;
 			c.last_error = cstring_to_text(psprintf(
 			    "attempts used up: attempt %d did not finish before its lease expired",
@@ -388,6 +392,23 @@ void wait_for_holder(const BeginArgs &args)
 		CommandCounterIncrement();
 	}
 	idem::claim_sleep_done();
+}
+
+// What an answer of idem_begin adds to idem_stats.
+void count_claim(const text *scope, const Claim &c)
+{
+	idem::StatsDelta delta;
+	memset(&delta, 0, sizeof delta);
+	if (strcmp(c.status, "acquired") == 0) {
+		delta.n[idem::stat_claims] = 1;
+		delta.n[idem::stat_takeovers] = c.took_over ? 1 : 0;
+	} else if (strcmp(c.status, "completed") == 0) {
+		delta.n[idem::stat_duplicates] = 1;
+	} else if (strcmp(c.status, "in_progress") == 0) {
+		delta.n[idem::stat_in_progress] = 1;
+	}
+	delta.n[idem::stat_dead_letters] = c.became_dead ? 1 : 0;
+	idem::stats_add(scope, delta);
 }
 
 Datum claim_datum(FunctionCallInfo fcinfo, const Claim &c)
@@ -491,8 +512,11 @@ IDEM_SQL_FUNCTION(idem_begin)
 				 MyProcPid,
 				 MyStartTimestamp,
 				 args.fingerprint};
-	if (idem::records_insert(args.ref, claim))
-		return claim_datum(fcinfo, Claim{"acquired", 1, 0, claim.lease_expires_at, NULL});
+	if (idem::records_insert(args.ref, claim)) {
+		Claim c = {"acquired", 1, 0, claim.lease_expires_at, NULL};
+		count_claim(args.ref.scope, c);
+		return claim_datum(fcinfo, c);
+	}
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
@@ -504,6 +528,7 @@ IDEM_SQL_FUNCTION(idem_begin)
 	if (c.result != 0)
 		c.result = PointerGetDatum(SPI_datumTransfer(c.result, false, -1));
 	SPI_finish();
+	count_claim(args.ref.scope, c);
 	return claim_datum(fcinfo, c);
 }
 
@@ -538,6 +563,7 @@ IDEM_SQL_FUNCTION(idem_complete)
 		refuse_not_holder(fn, ref, attempt, read_record(ref, false));
 	idem::claim_wake_at_commit(ref.id);
 	SPI_finish();
+	idem::stats_count(ref.scope, idem::stat_completions);
 	PG_RETURN_VOID();
 }
 
@@ -580,5 +606,10 @@ IDEM_SQL_FUNCTION(idem_fail)
 	run(st, values, NULL, SPI_OK_UPDATE);
 	idem::claim_wake_at_commit(ref.id);
 	SPI_finish();
+	idem::StatsDelta delta;
+	memset(&delta, 0, sizeof delta);
+	delta.n[idem::stat_failures] = 1;
+	delta.n[idem::stat_dead_letters] = outcome == idem::RecordState::dead ? 1 : 0;
+	idem::stats_add(ref.scope, delta);
 	PG_RETURN_OID(status_oid(outcome));
 }

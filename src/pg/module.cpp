@@ -16,6 +16,7 @@ extern "C" {
 #include "pg/purge_worker.hpp"
 #include "pg/scopes.hpp"
 #include "pg/settings.hpp"
+#include "pg/stats.hpp"
 
 #include <climits>
 
@@ -37,6 +38,7 @@ extern "C" void request_shmem(void)
 		previous_shmem_request();
 	idem::claim_wait_request_shmem();
 	idem::purge_status_request_shmem();
+	idem::stats_request_shmem();
 }
 
 extern "C" void startup_shmem(void)
@@ -45,6 +47,7 @@ extern "C" void startup_shmem(void)
 		previous_shmem_startup();
 	idem::claim_wait_init_shmem();
 	idem::purge_status_init_shmem();
+	idem::stats_init_shmem();
 }
 
 } // namespace
@@ -59,6 +62,7 @@ int purge_batch_size = 1000;
 int purge_rate_limit = 0;
 bool purge_reconcile = true;
 bool purge_vacuum = true;
+int stats_max_scopes = 1000;
 }
 
 extern "C" void _PG_init(void)
@@ -110,6 +114,16 @@ extern "C" void _PG_init(void)
 				 "Whether the purge worker vacuums idem_records itself when a round "
 				 "leaves it due, without waiting for autovacuum's next visit.",
 				 NULL, &idem::purge_vacuum, true, PGC_SIGHUP, 0, NULL, NULL, NULL);
+
+	// Sizes the shared table of idem_stats, which only preloading creates.
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("pg_idem.stats_max_scopes",
+					"Scopes that idem_stats counts each on their own.",
+					"Beyond that, a database's new scopes are counted together in "
+					"its row with scope NULL. Needs pg_idem in "
+					"shared_preload_libraries.",
+					&idem::stats_max_scopes, 1000, 1, 1000000, PGC_POSTMASTER, 0, NULL,
+					NULL, NULL);
 
 	MarkGUCPrefixReserved("pg_idem");
 

@@ -2,7 +2,7 @@
 // worker (purge_worker.cpp) run.
 //
 // A batch finds up to n expired records that are not in progress,
-//   SELECT ctid FROM idem_records WHERE expires_at <= now()
+//   SELECT ctid, scope FROM idem_records WHERE expires_at <= now()
 //   AND status <> 'in_progress' LIMIT n
 // (through the BRIN index on expires_at while expired records sit together),
 // then deletes each with table_tuple_delete(wait = false). That delete
@@ -36,6 +36,7 @@ extern "C" {
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/purge.hpp"
+#include "pg/stats.hpp"
 
 #include <cstring>
 
@@ -49,7 +50,7 @@ int64 purge_batch(int max_rows)
 	if (!statement_ready(st)) {
 		Oid types[] = {INT4OID};
 		statement_prepare(st,
-				  psprintf("SELECT ctid FROM %s "
+				  psprintf("SELECT ctid, scope FROM %s "
 					   "WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
 					   "AND status OPERATOR(pg_catalog.<>) 'in_progress' LIMIT $1",
 					   objects.records_name),
@@ -62,19 +63,36 @@ int64 purge_batch(int max_rows)
 	Relation records = table_open(objects.records, RowExclusiveLock);
 	CommandId cid = GetCurrentCommandId(true);
 	int64 purged = 0;
+	// The scope of each deleted row, for idem_stats once the batch is done.
+	const text **purged_scopes = NULL;
+	if (stats_enabled())
+		purged_scopes = static_cast<const text **>(palloc(sizeof(text *) * (SPI_processed + 1)));
 	for (uint64 i = 0; i < SPI_processed; i++) {
 		bool isnull;
-		ItemPointer tid = reinterpret_cast<ItemPointer>(DatumGetPointer(
-		    SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull)));
+		HeapTuple row = SPI_tuptable->vals[i];
+		ItemPointer tid = reinterpret_cast<ItemPointer>(
+		    DatumGetPointer(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull)));
 		TM_FailureData failure;
 		// The candidate's version passed the search's test; TM_Ok means it is
 		// still the latest and now deleted. Anything else (renewed, locked,
 		// deleted by someone else) is left alone.
 		if (table_tuple_delete(records, tid, cid, GetActiveSnapshot(), InvalidSnapshot,
-				       false, &failure, false) == TM_Ok)
-			purged++;
+				       false, &failure, false) != TM_Ok)
+			continue;
+		if (purged_scopes != NULL)
+			purged_scopes[purged] =
+			    DatumGetTextPP(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
+		purged++;
 	}
 	table_close(records, NoLock);
+	if (purged_scopes != NULL) {
+		// Rows of a scope tend to expire together: a few entries per batch.
+		StatsTally tally;
+		stats_tally_init(&tally);
+		for (int64 i = 0; i < purged; i++)
+			stats_tally_add(&tally, purged_scopes[i], stat_purged);
+		stats_tally_flush(&tally);
+	}
 	CommandCounterIncrement();
 	return purged;
 }

@@ -35,6 +35,7 @@ extern "C" {
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/scopes.hpp"
+#include "pg/stats.hpp"
 
 #include <cstring>
 
@@ -46,6 +47,8 @@ struct Candidate {
 	text *key;
 	int attempts;
 	int attempt_base;
+	bool settled; // recorded completed, failed or dead
+	bool dead;
 };
 
 // Asks fn(scope, key) as `role`. *isnull is set when it does not know.
@@ -115,7 +118,7 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 
 	// Copy the candidates out before any reconciliation function runs SPI.
 	int n = int(SPI_processed);
-	Candidate *candidates = static_cast<Candidate *>(palloc(sizeof(Candidate) * (n + 1)));
+	Candidate *candidates = static_cast<Candidate *>(palloc0(sizeof(Candidate) * (n + 1)));
 	for (int i = 0; i < n; i++) {
 		HeapTuple row = SPI_tuptable->vals[i];
 		TupleDesc desc = SPI_tuptable->tupdesc;
@@ -140,7 +143,7 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 	    5, update_types);
 
 	for (int i = 0; i < n; i++) {
-		const Candidate &c = candidates[i];
+		Candidate &c = candidates[i];
 		idem::ScopeSettings settings = idem::scope_settings(c.scope);
 		const char *outcome;
 		if (!OidIsValid(settings.reconcile_function)) {
@@ -179,6 +182,8 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 				    SPI_OK_UPDATE)
 					elog(ERROR, "pg_idem: reconciliation update failed");
 				idem::claim_wake_at_commit(c.id);
+				c.settled = true;
+				c.dead = status == objects.status_dead;
 			}
 		}
 		Datum out[] = {PointerGetDatum(c.scope), PointerGetDatum(c.key),
@@ -186,6 +191,17 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 		bool nulls[] = {false, false, false, false};
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 	}
+
+	// Counted for idem_stats once nothing can fail any more.
+	idem::StatsTally tally;
+	idem::stats_tally_init(&tally);
+	for (int i = 0; i < n; i++) {
+		if (candidates[i].settled)
+			idem::stats_tally_add(&tally, candidates[i].scope, idem::stat_reconciled);
+		if (candidates[i].dead)
+			idem::stats_tally_add(&tally, candidates[i].scope, idem::stat_dead_letters);
+	}
+	idem::stats_tally_flush(&tally);
 	SPI_finish();
 	return (Datum)0;
 }

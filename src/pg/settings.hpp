@@ -22,4 +22,7 @@ extern int purge_rate_limit;   // pg_idem.purge_rate_limit, rows per second, 0: 
 extern bool purge_reconcile;   // pg_idem.purge_reconcile
 extern bool purge_vacuum;      // pg_idem.purge_vacuum
 
+// pg_idem.stats_max_scopes: scopes idem_stats counts on their own (stats.cpp).
+extern int stats_max_scopes;
+
 } // namespace idem

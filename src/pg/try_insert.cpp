@@ -14,6 +14,7 @@ extern "C" {
 #include "pg/guard.hpp"
 #include "pg/records.hpp"
 #include "pg/scopes.hpp"
+#include "pg/stats.hpp"
 
 IDEM_SQL_FUNCTION(idem_try_insert)
 {
@@ -28,5 +29,7 @@ IDEM_SQL_FUNCTION(idem_try_insert)
 	TimestampTz expires_at =
 	    idem::record_expiry(fn, now, PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 				idem::scope_settings(ref.scope));
-	PG_RETURN_BOOL(idem::records_try_insert(ref, now, expires_at));
+	bool first = idem::records_try_insert(ref, now, expires_at);
+	idem::stats_count(ref.scope, first ? idem::stat_claims : idem::stat_duplicates);
+	PG_RETURN_BOOL(first);
 }

@@ -1,0 +1,91 @@
+-- idem_stats and idem_stats_reset: what the functions answered, per scope.
+-- The counters need pg_idem in shared_preload_libraries. This file runs on
+-- both kinds of server: expected/stats.out is the preloaded one,
+-- expected/stats_1.out the other, where every use of the statistics raises
+-- 55000 and the calls themselves work as always.
+
+-- Start from nothing: no records left by other files (the purge below
+-- would count them), no counts.
+DELETE FROM idem_records;
+SELECT idem_stats_reset();
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS rows_after_reset FROM idem_stats WHERE database = current_database();
+
+-- idem_try_insert: true is a claim, false a duplicate. A call counts when
+-- it returns, even if its transaction then rolls back.
+SELECT idem_try_insert('stats-a', 'k1'), idem_try_insert('stats-a', 'k1'),
+       idem_try_insert('stats-a', 'k2');
+BEGIN;
+SELECT idem_try_insert('stats-a', 'k3');
+ROLLBACK;
+
+-- The claim protocol: acquired, in progress, completed, a takeover of an
+-- expired lease, failures, a dead letter.
+SELECT status, attempt FROM idem_begin('stats-b', 'p1');
+SELECT status FROM idem_begin('stats-b', 'p1');
+SELECT idem_complete('stats-b', 'p1', 1);
+SELECT status FROM idem_begin('stats-b', 'p1');
+SELECT status FROM idem_begin('stats-b', 'p2', lease => '1 microsecond');
+SELECT pg_sleep(0.01);
+SELECT status, attempt FROM idem_begin('stats-b', 'p2');
+SELECT idem_fail('stats-b', 'p2', 2, 'timeout');
+SELECT status FROM idem_begin('stats-b', 'p3');
+SELECT idem_fail('stats-b', 'p3', 1, 'card declined', retryable => false);
+-- A call that raises an error counts nothing.
+SELECT idem_complete('stats-b', 'p1', 1);
+\echo :LAST_ERROR_SQLSTATE
+
+-- Attempts used up by expired leases: idem_begin marks the record dead.
+SELECT scope FROM idem_configure('stats-e', max_attempts => 1);
+SELECT status FROM idem_begin('stats-e', 'k', lease => '1 microsecond');
+SELECT pg_sleep(0.01);
+SELECT status FROM idem_begin('stats-e', 'k');
+
+-- Reconciliation: one effect happened, one did not (and that claim has
+-- no attempts left, so it is also a dead letter).
+CREATE FUNCTION stats_effect_happened(scope text, key text) RETURNS boolean
+LANGUAGE sql AS $$ SELECT key = 'yes' $$;
+SELECT scope FROM idem_configure('stats-c', max_attempts => 1,
+                                 reconcile_function => 'stats_effect_happened(text,text)');
+SELECT status FROM idem_begin('stats-c', 'yes', lease => '1 microsecond');
+SELECT status FROM idem_begin('stats-c', 'no', lease => '1 microsecond');
+SELECT pg_sleep(0.01);
+SELECT key, outcome FROM idem_reconcile('stats-c') ORDER BY key;
+
+-- The purge counts the records it deleted, per scope.
+SELECT count(*) FROM (
+    SELECT idem_try_insert('stats-d', 'k' || g, '1 microsecond') FROM generate_series(1, 5) g) s;
+SELECT pg_sleep(0.01);
+SELECT idem_purge(100);
+
+SELECT scope, claims, duplicates, in_progress, takeovers, completions, failures,
+       dead_letters, purged, reconciled, cache_hits, cache_misses,
+       stats_since > now() - interval '1 hour' AS recent
+FROM idem_stats WHERE database = current_database() ORDER BY scope;
+
+-- The view is over a function; both are for the roles they are granted to.
+CREATE ROLE regress_idem_stats_reader;
+SET ROLE regress_idem_stats_reader;
+SELECT count(*) FROM idem_stats;
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) FROM idem_stats();
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_stats_reset();
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+GRANT SELECT ON idem_stats TO regress_idem_stats_reader;
+GRANT EXECUTE ON FUNCTION idem_stats() TO regress_idem_stats_reader;
+SET ROLE regress_idem_stats_reader;
+SELECT sum(claims) AS claims FROM idem_stats WHERE database = current_database();
+RESET ROLE;
+REVOKE ALL ON idem_stats FROM regress_idem_stats_reader;
+REVOKE ALL ON FUNCTION idem_stats() FROM regress_idem_stats_reader;
+DROP ROLE regress_idem_stats_reader;
+
+-- A reset forgets every row.
+SELECT idem_stats_reset();
+SELECT count(*) AS rows_after_reset FROM idem_stats WHERE database = current_database();
+
+DELETE FROM idem_records;
+DELETE FROM idem_scopes;
+DROP FUNCTION stats_effect_happened(text, text);

@@ -295,15 +295,6 @@ RETURNS bigint
 AS 'MODULE_PATHNAME', 'idem_position'
 LANGUAGE C STABLE PARALLEL SAFE SECURITY DEFINER;
 
--- Internal: the window after accepting `position`, or NULL if it must be
--- rejected. idem_advance calls it inside its UPDATE, so that a concurrent
--- advance re-evaluates it on the row's latest version.
-CREATE FUNCTION @extschema@.idem_stream_step(window_state bytea, "position" bigint,
-                                             "window" integer)
-RETURNS bytea
-AS 'MODULE_PATHNAME', 'idem_stream_step'
-LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
-
 -- Internal: how many positions below the high-water mark the window holds
 -- as seen.
 CREATE FUNCTION @extschema@.idem_stream_window_seen(window_state bytea)

@@ -83,10 +83,12 @@ const ExtensionObjects &extension_objects()
 	found.records_pkey = get_relname_relid("idem_records_pkey", schema);
 	found.scopes = get_relname_relid("idem_scopes", schema);
 	found.streams = get_relname_relid("idem_streams", schema);
+	found.streams_pkey = get_relname_relid("idem_streams_pkey", schema);
 	found.status_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 					    CStringGetDatum("idem_status"), ObjectIdGetDatum(schema));
 	if (!OidIsValid(found.records) || !OidIsValid(found.records_pkey) ||
 	    !OidIsValid(found.scopes) || !OidIsValid(found.streams) ||
+	    !OidIsValid(found.streams_pkey) ||
 	    !OidIsValid(found.status_type))
 		ereport(ERROR, errcode(ERRCODE_UNDEFINED_TABLE),
 			errmsg("pg_idem's tables are missing"),

@@ -12,6 +12,7 @@ struct ExtensionObjects {
 	Oid records_pkey;    // its primary key, on key_id
 	Oid scopes;	     // idem_scopes
 	Oid streams;	     // idem_streams
+	Oid streams_pkey;    // its primary key, on (stream, part)
 	Oid status_type;     // idem_status and its labels
 	Oid status_in_progress;
 	Oid status_completed;

@@ -2,27 +2,44 @@
 // position, without a record per message (src/core/replay_window.hpp has
 // the window and its rules).
 //
-// One row of idem_streams per (stream, part). idem_advance is one UPDATE in
-// the common case:
-//   UPDATE idem_streams SET window_state = idem_stream_step(window_state, $3, $4), ...
-//   WHERE stream = $1 AND part = $2
-//     AND idem_stream_step(window_state, $3, $4) IS NOT NULL
-// The step runs inside the UPDATE so that concurrency is PostgreSQL's own:
-// a second advance of the same part waits for the first one's transaction
-// and, in READ COMMITTED, re-evaluates the step on the row's latest version
-// (EvalPlanQual), so two transactions can never both accept one position;
-// in REPEATABLE READ and SERIALIZABLE it fails with 40001 instead, as any
-// UPDATE does. No row updated means a rejection or a part never seen: then
-// an INSERT ... ON CONFLICT DO NOTHING creates the part, and if another
-// transaction created it first (the INSERT waits for that one), the UPDATE
-// runs once more and its answer is final.
+// One row of idem_streams per (stream, part). idem_advance works below SQL
+// in the common case, as an UPDATE would but without building an executor:
+//   1. look the part up in the primary key with the statement's snapshot
+//      (after a CommandCounterIncrement, so that earlier calls of the same
+//      statement are seen, as SPI does for every statement);
+//   2. run the window's step on that version; a rejection writes nothing;
+//   3. heap_update the row with the new window (HOT: no indexed column
+//      changes; otherwise the primary key gets the new version's entry).
+// heap_update waits for a concurrent transaction that updates the same
+// part. If that one committed (TM_Updated), READ COMMITTED starts again at 1
+// with a new snapshot, which sees its window, so two transactions can never
+// both accept one position; REPEATABLE READ and SERIALIZABLE fail with 40001
+// there, as UPDATE does. A rejection needs no wait: windows only gain
+// positions, so a position the committed window holds stays held.
+//
+// A part never seen is created with INSERT ... ON CONFLICT DO NOTHING (SPI:
+// it happens once per part); if another transaction created it first (the
+// INSERT waits for that one), the loop starts again and finds it.
 extern "C" {
 #include "postgres.h"
 
+#include "access/genam.h"
+#include "access/heapam.h"
+#include "access/stratnum.h"
+#include "access/table.h"
+#include "access/tableam.h"
+#include "access/xact.h"
+#include "catalog/index.h"
 #include "catalog/pg_type_d.h"
+#include "executor/executor.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/rel.h"
+#include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 }
 
 #include "core/replay_window.hpp"
@@ -106,29 +123,89 @@ idem::Statement *streams_statement(const char *signature, const char *sql_format
 				   nargs, types);
 }
 
-// The UPDATE of the header comment: true if it accepted the position.
-bool advance_existing(Datum *args)
+// Column numbers of idem_streams, in the order src/pg_idem.sql creates them.
+enum StreamColumn : AttrNumber {
+	col_stream = 1,
+	col_part = 2,
+	col_position = 3,
+	col_window_size = 4,
+	col_window_state = 5,
+	col_updated_at = 6,
+	stream_columns = 6,
+};
+
+enum class Step { accepted, rejected, absent, retry };
+
+// The part's version that `snapshot` sees, into `slot`.
+bool find_part(Relation rel, Relation pkey, Snapshot snapshot, const StreamPart &sp,
+	       TupleTableSlot *slot)
 {
-	const idem::ExtensionObjects &objects = idem::extension_objects();
-	static const char signature[] = "streams:advance";
-	idem::Statement *st = idem::statement_lookup(signature, sizeof signature, objects.streams);
-	if (!idem::statement_ready(st)) {
-		Oid types[] = {TEXTOID, INT4OID, INT8OID, INT4OID};
-		idem::statement_prepare(
-		    st,
-		    psprintf("UPDATE %s SET "
-			     "window_state = %s.idem_stream_step(window_state, $3, $4), "
-			     "position = pg_catalog.int8larger(position, $3), window_size = $4, "
-			     "updated_at = pg_catalog.now() "
-			     "WHERE stream OPERATOR(pg_catalog.=) $1 "
-			     "AND part OPERATOR(pg_catalog.=) $2 "
-			     "AND %s.idem_stream_step(window_state, $3, $4) IS NOT NULL",
-			     objects.streams_name, objects.schema_name, objects.schema_name),
-		    4, types);
+	ScanKeyData keys[2];
+	ScanKeyEntryInitialize(&keys[0], 0, col_stream, BTEqualStrategyNumber, InvalidOid,
+			       pkey->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(sp.stream));
+	ScanKeyEntryInitialize(&keys[1], 0, col_part, BTEqualStrategyNumber, InvalidOid,
+			       InvalidOid, F_INT4EQ, Int32GetDatum(sp.part));
+	IndexScanDesc scan = index_beginscan(rel, pkey, snapshot, 2, 0);
+	index_rescan(scan, keys, 2, NULL, 0);
+	bool found = index_getnext_slot(scan, ForwardScanDirection, slot);
+	index_endscan(scan);
+	return found;
+}
+
+// Steps 1 to 3 of the header comment, once.
+Step advance_once(Relation rel, Relation pkey, const StreamPart &sp, int64 position, int32 window)
+{
+	CommandCounterIncrement();
+	PushActiveSnapshot(GetTransactionSnapshot());
+	UpdateActiveSnapshotCommandId();
+	TupleTableSlot *slot = table_slot_create(rel, NULL);
+	Step step = Step::absent;
+	if (find_part(rel, pkey, GetActiveSnapshot(), sp, slot)) {
+		slot_getallattrs(slot);
+		idem::ReplayWindow state;
+		window_from_bytea("idem_advance",
+				  DatumGetByteaPP(slot->tts_values[col_window_state - 1]), &state);
+		if (!state.advance(position, window)) {
+			step = Step::rejected;
+		} else {
+			Datum values[stream_columns];
+			bool nulls[stream_columns];
+			memcpy(values, slot->tts_values, sizeof values);
+			memcpy(nulls, slot->tts_isnull, sizeof nulls);
+			values[col_position - 1] = Int64GetDatum(state.high());
+			values[col_window_size - 1] = Int32GetDatum(window);
+			values[col_window_state - 1] = PointerGetDatum(window_bytea(state));
+			values[col_updated_at - 1] =
+			    TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
+			HeapTuple row = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+			TM_FailureData failure;
+			LockTupleMode lockmode;
+			ItemPointerData old = slot->tts_tid;
+			switch (heap_update(rel, &old, row, GetCurrentCommandId(true), InvalidSnapshot,
+					    true, &failure, &lockmode)) {
+			case TM_Ok:
+				if (!HeapTupleIsHeapOnly(row))
+					index_insert(pkey, values, nulls, &row->t_self, rel,
+						     UNIQUE_CHECK_YES, true, BuildIndexInfo(pkey));
+				step = Step::accepted;
+				break;
+			case TM_Updated:
+			case TM_Deleted:
+				if (IsolationUsesXactSnapshot())
+					ereport(ERROR, errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+						errmsg("could not serialize access due to concurrent "
+						       "update"));
+				step = Step::retry;
+				break;
+			default:
+				elog(ERROR, "pg_idem: unexpected outcome of a stream position update");
+			}
+			heap_freetuple(row);
+		}
 	}
-	if (SPI_execute_plan(st->plan, args, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "pg_idem: stream update failed");
-	return SPI_processed == 1;
+	ExecDropSingleTupleTableSlot(slot);
+	PopActiveSnapshot();
+	return step;
 }
 
 // A part's first position. False if the part exists already.
@@ -158,14 +235,35 @@ IDEM_SQL_FUNCTION(idem_advance)
 	check_position_and_window(fn, fcinfo, 2);
 	int64 position = PG_GETARG_INT64(2);
 	int32 window = PG_GETARG_INT32(3);
+	// What a plain UPDATE would check before writing.
+	PreventCommandIfReadOnly(fn);
+	PreventCommandDuringRecovery(fn);
+	const idem::ExtensionObjects &objects = idem::extension_objects();
+	Relation rel = table_open(objects.streams, RowExclusiveLock);
+	Relation pkey = index_open(objects.streams_pkey, RowExclusiveLock);
 	Datum args[] = {PointerGetDatum(sp.stream), Int32GetDatum(sp.part), Int64GetDatum(position),
 			Int32GetDatum(window)};
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "pg_idem: SPI_connect failed");
-	bool accepted = advance_existing(args) || advance_new(args, position, window) ||
-			advance_existing(args);
-	SPI_finish();
+	bool accepted;
+	for (;;) {
+		Step step = advance_once(rel, pkey, sp, position, window);
+		if (step == Step::absent) {
+			if (SPI_connect() != SPI_OK_CONNECT)
+				elog(ERROR, "pg_idem: SPI_connect failed");
+			bool created = advance_new(args, position, window);
+			SPI_finish();
+			if (!created)
+				continue;
+			step = Step::accepted;
+		}
+		if (step == Step::retry) {
+			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
+		accepted = step == Step::accepted;
+		break;
+	}
+	index_close(pkey, NoLock);
+	table_close(rel, NoLock);
 	PG_RETURN_BOOL(accepted);
 }
 
@@ -218,19 +316,6 @@ IDEM_SQL_FUNCTION(idem_reset_stream)
 	int64 forgotten = int64(SPI_processed);
 	SPI_finish();
 	PG_RETURN_INT64(forgotten);
-}
-
-// idem_stream_step(window_state, position, window) RETURNS bytea: the window
-// after accepting position, NULL to reject it. Strict.
-IDEM_SQL_FUNCTION(idem_stream_step)
-{
-	static const char fn[] = "idem_stream_step";
-	check_position_and_window(fn, fcinfo, 1);
-	idem::ReplayWindow window;
-	window_from_bytea(fn, PG_GETARG_BYTEA_PP(0), &window);
-	if (!window.advance(PG_GETARG_INT64(1), PG_GETARG_INT32(2)))
-		PG_RETURN_NULL();
-	PG_RETURN_BYTEA_P(window_bytea(window));
 }
 
 // idem_stream_window_seen(window_state) RETURNS integer, for the view.

@@ -534,14 +534,12 @@ bool JsonParser::number()
 			exp_negative = *p_++ == '-';
 		if (p_ == end_ || !is_digit(*p_))
 			return syntax(start, "invalid number");
-		constexpr int64_t saturated = int64_t(1) << 60;
+		constexpr int64_t saturated = 100000000000000000; // 1e17
 		while (p_ < end_ && is_digit(*p_)) {
 			if (exponent < saturated)
 				exponent = exponent * 10 + (*p_ - '0');
 			p_++;
 		}
-		if (exponent > saturated)
-			exponent = saturated;
 		if (exp_negative)
 			exponent = -exponent;
 	}

@@ -10,7 +10,8 @@ CORE_OBJS = \
 	src/core/record_key.o \
 	src/core/claim_rules.o \
 	src/core/canonical_json.o \
-	src/core/message_key.o
+	src/core/message_key.o \
+	src/core/replay_window.o
 OBJS = $(CORE_OBJS) \
 	src/pg/module.o \
 	src/pg/extension_objects.o \

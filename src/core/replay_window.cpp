@@ -56,8 +56,10 @@ void ReplayWindow::slide(int64_t distance) noexcept
 	if (distance >= window_) {
 		memset(bits_, 0, sizeof bits_);
 	} else {
+		// Shift the words in use toward older positions; the others are
+		// zero and stay so.
 		int q = int(distance / 64), r = int(distance % 64);
-		for (int w = words - 1; w >= 0; w--) {
+		for (int w = (window_ + 63) / 64 - 1; w >= 0; w--) {
 			uint64_t v = 0;
 			if (w - q >= 0) {
 				v = bits_[w - q] << r;

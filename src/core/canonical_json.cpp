@@ -14,6 +14,29 @@ inline bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 inline bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
+// Byte classes for the two hot loops, one table lookup per byte.
+struct ByteTable {
+	bool of[256];
+};
+
+// Bytes a string's text can hold as they are: printable ASCII but the
+// quote and the backslash.
+constexpr ByteTable plain_input = [] {
+	ByteTable t{};
+	for (int c = 0x20; c < 0x80; c++)
+		t.of[c] = c != '"' && c != '\\';
+	return t;
+}();
+
+// Bytes the canonical form must escape.
+constexpr ByteTable escaped_output = [] {
+	ByteTable t{};
+	for (int c = 0; c < 0x20; c++)
+		t.of[c] = true;
+	t.of[int('"')] = t.of[int('\\')] = true;
+	return t;
+}();
+
 // The length of the UTF-8 sequence at p (at most avail bytes), or 0 when it
 // is not valid RFC 3629 UTF-8.
 size_t utf8_sequence_length(const unsigned char *p, size_t avail)
@@ -141,7 +164,7 @@ template <typename Sink> void put_string(Sink &out, std::string_view s)
 	size_t run = 0;
 	for (size_t i = 0; i < s.size(); i++) {
 		unsigned char c = static_cast<unsigned char>(s[i]);
-		if (c >= 0x20 && c != '"' && c != '\\')
+		if (!escaped_output.of[c])
 			continue;
 		out.put(s.data() + run, i - run);
 		run = i + 1;
@@ -262,7 +285,14 @@ class JsonParser {
 
 bool JsonParser::run()
 {
-	doc_.text_.reserve(size_t(end_ - begin_));
+	// Enough for typical payloads (a node per 4 bytes or so) without
+	// growing, and no more than a few pages whatever the input's size.
+	size_t size = size_t(end_ - begin_);
+	doc_.text_.reserve(size);
+	doc_.nodes_.reserve(std::min<size_t>(size / 4 + 4, 4096));
+	doc_.order_.reserve(std::min<size_t>(size / 8 + 4, 1024));
+	stack_.reserve(std::min<size_t>(size / 2 + 1, 32));
+	members_.reserve(std::min<size_t>(size / 8 + 4, 256));
 	for (;;) {
 		skip_space();
 		if (p_ == end_)
@@ -391,12 +421,8 @@ bool JsonParser::string(NodeKind kind)
 	p_++; // the opening quote
 	for (;;) {
 		const char *run = p_;
-		while (p_ < end_) {
-			unsigned char c = static_cast<unsigned char>(*p_);
-			if (c < 0x20 || c >= 0x80 || c == '"' || c == '\\')
-				break;
+		while (p_ < end_ && plain_input.of[static_cast<unsigned char>(*p_)])
 			p_++;
-		}
 		text.append(run, size_t(p_ - run));
 		if (p_ == end_)
 			return syntax(p_, "");
@@ -534,14 +560,12 @@ bool JsonParser::number()
 			exp_negative = *p_++ == '-';
 		if (p_ == end_ || !is_digit(*p_))
 			return syntax(start, "invalid number");
-		constexpr int64_t saturated = int64_t(1) << 60;
+		constexpr int64_t saturated = 100000000000000000; // 1e17
 		while (p_ < end_ && is_digit(*p_)) {
 			if (exponent < saturated)
 				exponent = exponent * 10 + (*p_ - '0');
 			p_++;
 		}
-		if (exponent > saturated)
-			exponent = saturated;
 		if (exp_negative)
 			exponent = -exponent;
 	}

@@ -81,6 +81,8 @@ class JsonDocument {
 
 	// Parses json_text, replacing what the document held. Returns false and
 	// fills err when the text is not acceptable; the document is then empty.
+	// The document keeps no reference to json_text. The accessors below
+	// take values of a document that parsed successfully.
 	bool parse(std::string_view json_text, JsonError &err);
 
 	bool empty() const noexcept { return nodes_.empty(); }

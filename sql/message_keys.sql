@@ -48,3 +48,6 @@ SELECT idem_key('{"a": 1}', VARIADIC NULL::text[]);
 SELECT idem_key('{"a": 1}', 'a', NULL);
 SELECT idem_key(NULL, 'a');
 SELECT idem_fingerprint(NULL);
+-- Beyond the canonical form's limits: nesting deeper than 1000 levels.
+SELECT idem_fingerprint((repeat('[', 1001) || repeat(']', 1001))::jsonb);
+SELECT length(idem_fingerprint((repeat('[', 1000) || repeat(']', 1000))::jsonb)) AS at_the_limit;

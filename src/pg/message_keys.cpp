@@ -14,6 +14,7 @@ extern "C" {
 #include "fmgr.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "mb/pg_wchar.h"
 #include "utils/jsonb.h"
 }
 
@@ -29,6 +30,7 @@ namespace {
 struct Outcome {
 	char hex[idem::digest_hex_length + 1];
 	idem::KeyErrc error;
+	idem::JsonErrc json; // when error is invalid_json
 	char message[512];
 };
 
@@ -42,6 +44,7 @@ void compute(const char *json, size_t json_len, const char *const *fields, const
 		idem::JsonError err;
 		if (!idem::fingerprint_hex(std::string_view(json, json_len), hex, err)) {
 			out->error = idem::KeyErrc::invalid_json;
+			out->json = err.code;
 			strlcpy(out->message, err.message.c_str(), sizeof out->message);
 		}
 	} else {
@@ -52,6 +55,7 @@ void compute(const char *json, size_t json_len, const char *const *fields, const
 		idem::KeyError err;
 		if (!idem::message_key_hex(std::string_view(json, json_len), paths, hex, err)) {
 			out->error = err.code;
+			out->json = err.json;
 			strlcpy(out->message, err.message.c_str(), sizeof out->message);
 		}
 	}
@@ -71,7 +75,13 @@ Datum digest_or_error(const char *fn, const Outcome &out)
 			errhint("A key must be computed from fields every message has."));
 		break;
 	case idem::KeyErrc::invalid_json:
-		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+		// jsonb is valid JSON; what the core refuses is a payload beyond its
+		// limits (json_max_depth, json_max_exponent).
+		ereport(ERROR,
+			errcode(out.json == idem::JsonErrc::too_deep ? ERRCODE_STATEMENT_TOO_COMPLEX
+				: out.json == idem::JsonErrc::number_out_of_range
+				    ? ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE
+				    : ERRCODE_INVALID_PARAMETER_VALUE),
 			errmsg("%s: %s", fn, out.message));
 		break;
 	default:
@@ -88,6 +98,8 @@ char *payload_text(const char *fn, FunctionCallInfo fcinfo, size_t *len)
 			errmsg("%s: payload must not be null", fn));
 	Jsonb *payload = PG_GETARG_JSONB_P(0);
 	char *json = JsonbToCString(NULL, &payload->root, VARSIZE(payload));
+	// The canonical form is defined on UTF-8.
+	json = pg_server_to_any(json, strlen(json), PG_UTF8);
 	*len = strlen(json);
 	return json;
 }
@@ -115,8 +127,8 @@ IDEM_SQL_FUNCTION(idem_key)
 			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 				errmsg("%s: field %d is null", fn, i + 1));
 		text *field = DatumGetTextPP(elems[i]);
-		fields[i] = VARDATA_ANY(field);
-		lens[i] = VARSIZE_ANY_EXHDR(field);
+		fields[i] = pg_server_to_any(VARDATA_ANY(field), VARSIZE_ANY_EXHDR(field), PG_UTF8);
+		lens[i] = fields[i] == VARDATA_ANY(field) ? VARSIZE_ANY_EXHDR(field) : strlen(fields[i]);
 	}
 	Outcome out;
 	compute(json, json_len, fields, lens, n, &out);

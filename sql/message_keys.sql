@@ -31,6 +31,25 @@ SELECT idem_key('{"a": null}', 'a') = encode(sha256(convert_to('{"a":null}', 'UT
 SELECT idem_key('{"id": 12345678901234567890}', 'id')
      = idem_key('{"id": 12345678901234567891}', 'id') AS big_ids_collide;
 
+-- The shared test vectors (test/vectors, checked by the unit tests against
+-- the C++ core) give the same digests through SQL, where the payload is
+-- first a jsonb: every vector whose payload jsonb can hold (not \u0000).
+\set keys `cat test/vectors/keys.json`
+\set fingerprints `cat test/vectors/fingerprints.json`
+CREATE FUNCTION pg_temp.as_jsonb(t text) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN RETURN t::jsonb; EXCEPTION WHEN untranslatable_character THEN RETURN NULL; END $$;
+SELECT count(*) AS key_vectors,
+       count(*) FILTER (WHERE idem_key(pg_temp.as_jsonb(v->>'payload'),
+                                       VARIADIC ARRAY(SELECT jsonb_array_elements_text(v->'fields')))
+                              = v->>'key') AS keys_equal
+FROM jsonb_array_elements(:'keys'::jsonb) v WHERE v ? 'key';
+SELECT count(*) AS fingerprint_vectors,
+       count(*) FILTER (WHERE pg_temp.as_jsonb(v->>'payload') IS NULL) AS not_a_jsonb,
+       count(*) FILTER (WHERE CASE WHEN pg_temp.as_jsonb(v->>'payload') IS NULL THEN false
+                              ELSE idem_fingerprint(pg_temp.as_jsonb(v->>'payload'))
+                                   = v->>'fingerprint' END) AS fingerprints_equal
+FROM jsonb_array_elements(:'fingerprints'::jsonb) v WHERE v ? 'fingerprint';
+
 -- A key feeds idem_try_insert directly.
 SELECT idem_try_insert('computed', idem_key('{"order": 7, "ts": 1}', 'order')) AS first,
        idem_try_insert('computed', idem_key('{"ts": 2, "order": 7.0}', 'order')) AS redelivery;

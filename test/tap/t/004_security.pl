@@ -2,8 +2,9 @@
 #
 # The roles, as the README's "Privileges" section sets them up:
 #   postgres  the superuser that created the extension (the owner);
-#   consumer  granted EXECUTE on idem_try_insert and the claim protocol
-#             (idem_begin, idem_complete, idem_fail), and SELECT, INSERT,
+#   consumer  granted EXECUTE on idem_try_insert, the claim protocol
+#             (idem_begin, idem_complete, idem_fail) and the stream
+#             positions (idem_advance, idem_position), and SELECT, INSERT,
 #             UPDATE on its business tables;
 #   stranger  the same pg_idem grants, but no privilege on the business
 #             tables;
@@ -100,6 +101,7 @@ sub snapshot
 		q{SELECT string_agg(t || ' ' || n || ' ' || h, ', ' ORDER BY t) FROM (
 		    SELECT 'idem_records' t, count(*) n, md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) h FROM idem_records x
 		    UNION ALL SELECT 'idem_scopes', count(*), md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) FROM idem_scopes x
+		    UNION ALL SELECT 'idem_streams', count(*), md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) FROM idem_streams x
 		    UNION ALL SELECT 'orders', count(*), md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) FROM orders x
 		    UNION ALL SELECT 'points_log', count(*), md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) FROM points_log x
 		    UNION ALL SELECT 'accounts', count(*), md5(coalesce(string_agg(x::text, '|' ORDER BY x::text), '')) FROM accounts x
@@ -141,7 +143,9 @@ CREATE ROLE hostile LOGIN;
 GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval),
     idem_begin(text, text, interval, text, interval, boolean),
     idem_complete(text, text, integer, jsonb),
-    idem_fail(text, text, integer, text, boolean)
+    idem_fail(text, text, integer, text, boolean),
+    idem_advance(text, integer, bigint, integer),
+    idem_position(text, integer)
     TO consumer, stranger, blind, tenant_b, hostile;
 
 CREATE TABLE orders (id int PRIMARY KEY, customer text NOT NULL,
@@ -187,9 +191,21 @@ is("$begin->[1] $complete->[1] $again->[1] $again->[0]", '00000 00000 00000 comp
 	'consumer: idem_begin, idem_complete, and the replay');
 answers('consumer', q{SELECT attempt FROM idem_begin('pay', 'p2');}, '1', 'consumer: a second claim');
 answers('consumer', q{SELECT idem_fail('pay', 'p2', 1, 'timeout');}, 'failed', 'consumer: idem_fail');
+{
+	my @r = session('consumer',
+		q{SELECT idem_advance('orders', 0, 1, 8);},
+		q{SELECT idem_advance('orders', 0, 1, 8);},
+		q{SELECT idem_position('orders', 0);});
+	is(join(' ', map { "$_->[1]:$_->[0]" } @r), '00000:t 00000:f 00000:1',
+		'consumer: idem_advance, its replay, idem_position');
+}
+answers('stranger', q{SELECT length(idem_key('{"id": 1}', 'id')), length(idem_fingerprint('{}'));},
+	'64|64', 'anyone: the pure functions idem_key and idem_fingerprint');
+refused('stranger', q{SELECT idem_stream_step('\x00', 1, 8);}, '22P03',
+	'anyone: idem_stream_step refuses a forged window');
 
-for my $read ('idem_records', 'idem_scopes', 'idem_in_flight', 'idem_dead_letters',
-	'idem_purge_status')
+for my $read ('idem_records', 'idem_scopes', 'idem_streams', 'idem_in_flight',
+	'idem_dead_letters', 'idem_purge_status', 'idem_stream_positions')
 {
 	refused('consumer', "SELECT * FROM $read;", '42501', "consumer: SELECT FROM $read");
 }
@@ -200,7 +216,9 @@ for my $call (
 	q{SELECT idem_forget('points', 'order-1');},
 	q{SELECT idem_retry('pay', 'p2');},
 	q{SELECT * FROM idem_reconcile();},
-	q{SELECT idem_configure('points', ttl => '1 second');})
+	q{SELECT idem_configure('points', ttl => '1 second');},
+	q{SELECT idem_reset_stream('orders');},
+	q{SELECT idem_reset_stream('orders', 0);})
 {
 	refused('consumer', $call, '42501', "consumer: $call" =~ s/;$//r);
 }
@@ -213,6 +231,10 @@ for my $case (
 		q{SELECT idem_try_insert_row('idem_scopes', '{"scope": "points", "ttl": "1 us", "configured_by": "consumer", "configured_at": "now"}');} ],
 	[ 'idem_versioned_update of idem_records',
 		q{SELECT idem_versioned_update('idem_records', jsonb_build_object('key_id', '\\x0006706f696e74736f726465722d31'), 1, '{"status": "in_progress"}', 'attempts');} ],
+	[ 'idem_try_insert_row into idem_streams',
+		q{SELECT idem_try_insert_row('idem_streams', '{"stream": "orders", "part": 1, "position": 99, "window_size": 0, "window_state": "\\\\x00", "updated_at": "now"}');} ],
+	[ 'idem_versioned_update of idem_streams',
+		q{SELECT idem_versioned_update('idem_streams', '{"stream": "orders", "part": 0}', 8, '{"position": 1000}', 'window_size');} ],
 	[ 'idem_versioned_update of idem_scopes',
 		q{SELECT idem_versioned_update('idem_scopes', '{"scope": "pay"}', 1, '{"ttl": "1 us"}', 'max_attempts');} ],
 	[ 'INSERT INTO idem_records',
@@ -505,13 +527,24 @@ my @owner_workload = (
 	q{SELECT public.idem_versioned_update('orders', '{"id": 51}', 1, '{"amount": 5}');},
 	q{SELECT public.idem_versioned_update('accounts', '{"id": 1}', 2, '{"balance": 1}');},
 	q{SELECT public.idem_versioned_update('orders', '{"id": 50}', 2, '{}', 'version');},
+	q{SELECT public.idem_advance('hs', 0, 5, 8);},
+	q{SELECT public.idem_advance('hs', 0, 7, 8);},
+	q{SELECT public.idem_advance('hs', 0, 6, 8);},
+	q{SELECT public.idem_advance('hs', 0, 6, 8);},
+	q{SELECT public.idem_advance('hs', 1, 6);},
+	q{SELECT public.idem_position('hs', 0);},
+	q{SELECT * FROM public.idem_stream_positions;},
+	q{SELECT public.idem_reset_stream('hs', 1);},
+	q{SELECT public.idem_reset_stream('hs');},
+	q{SELECT public.idem_key('{"a": {"b": [1, 2]}, "c.d": "x"}', 'a.b.1', 'c\\.d');},
+	q{SELECT public.idem_fingerprint('{"b": 1, "a": [1.0, "x"]}');},
 	q{BEGIN; SELECT public.idem_try_insert('h', 'rolled back'); SELECT public.idem_begin('h', 'rolled back 2'); ROLLBACK;},
 	q{BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT public.idem_try_insert('h', 'k1'); SELECT public.idem_try_insert('h', 'ser'); COMMIT;},
 );
 my @owner_results = session('postgres', @owner_workload);
 my %owner_states;
 $owner_states{ $_->[1] }++ for @owner_results;
-is(join(' ', map { "$_:$owner_states{$_}" } sort keys %owner_states), '00000:47 22023:1 55000:2',
+is(join(' ', map { "$_:$owner_states{$_}" } sort keys %owner_states), '00000:58 22023:1 55000:2',
 	'the owner\'s workload ran (refusals expected: forgetting a claim in progress, '
 	  . 'a repeated completion, a fingerprint mismatch)');
 
@@ -530,11 +563,13 @@ my @consumer_results = session('consumer',
 	q{SELECT public.idem_try_insert_row('orders', '{"id": 60, "customer": "c"}');},
 	q{SELECT public.idem_versioned_update('orders', '{"id": 60}', 1, '{"amount": 6}');},
 	q{SELECT public.idem_versioned_update('accounts', '{"id": 2}', 2, '{"balance": 6}');},
+	q{SELECT public.idem_advance('orders', 1, 10, 4);},
+	q{SELECT public.idem_position('orders', 1);},
 	q{SELECT pg_catalog.count(*) FROM pg_temp.idem_records;},
 	q{SELECT pg_catalog.count(*) FROM pg_temp.idem_scopes;});
-is(join(' ', map { $_->[1] } @consumer_results), join(' ', ('00000') x 14),
+is(join(' ', map { $_->[1] } @consumer_results), join(' ', ('00000') x 16),
 	'the consumer\'s workload ran');
-is($consumer_results[12][0] . ' ' . $consumer_results[13][0], '0 0',
+is($consumer_results[14][0] . ' ' . $consumer_results[15][0], '0 0',
 	'the consumer\'s temporary idem_records and idem_scopes were not written');
 is(owner_sql(q{SELECT count(*) FROM idem_records WHERE key IN ('order-2', 'p3', 'p4')}), '3',
 	'the real idem_records was');
@@ -596,6 +631,29 @@ TODO:
 }
 
 # ---------------------------------------------------------------------------
+note 'known bug: a consumer can crash the server with a long error message';
+
+# idem_begin copies the stored last_error into SPI's memory, which
+# SPI_finish frees before the answer is built from it: a long message comes
+# back as garbage, or the backend reads unmapped memory.
+my $offset = -s $node->logfile;
+my @long_error = session('consumer',
+	q{SELECT idem_begin('dos', 'k', lease => '1 hour');},
+	q{SELECT idem_fail('dos', 'k', 1, repeat('e', 2000000), false);},
+	q{SELECT status, length(last_error) FROM idem_begin('dos', 'k');},
+	q{SELECT status, length(last_error) FROM idem_begin('dos', 'k');});
+$node->poll_query_until('postgres', 'SELECT 1', '1');
+TODO:
+{
+	local $TODO = 'idem_begin returns last_error from memory that SPI_finish freed';
+	is(join(' ', map { "$_->[1]:$_->[0]" } @long_error[ 2, 3 ]),
+		'00000:dead|2000000 00000:dead|2000000',
+		'idem_begin hands back the stored 2 MB error, twice');
+	ok(!$node->log_contains(qr/terminated by signal/, $offset),
+		'the server survives (no backend terminated by a signal)');
+}
+
+# ---------------------------------------------------------------------------
 note 'known bug: a role with only TEMP can crash the server';
 
 # idem_versioned_update keys its statement cache on a signature that joins
@@ -603,7 +661,7 @@ note 'known bug: a role with only TEMP can crash the server';
 # column of that name moves between the two lists without changing the
 # signature, and the second call reads column descriptions that were never
 # built.
-my $offset = -s $node->logfile;
+$offset = -s $node->logfile;
 my @crash = session('stranger',
 	q{CREATE TEMP TABLE t (id int PRIMARY KEY, version int NOT NULL DEFAULT 1);},
 	q{SELECT format('ALTER TABLE t ADD COLUMN %I int', 'changes:' || 't'::regclass::oid) \gexec},

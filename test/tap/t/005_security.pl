@@ -201,11 +201,11 @@ answers('consumer', q{SELECT idem_fail('pay', 'p2', 1, 'timeout');}, 'failed', '
 }
 answers('stranger', q{SELECT length(idem_key('{"id": 1}', 'id')), length(idem_fingerprint('{}'));},
 	'64|64', 'anyone: the pure functions idem_key and idem_fingerprint');
-refused('stranger', q{SELECT idem_stream_step('\x00', 1, 8);}, '22P03',
-	'anyone: idem_stream_step refuses a forged window');
+refused('stranger', q{SELECT idem_stream_window_seen('\x00');}, '22P03',
+	'anyone: idem_stream_window_seen refuses a forged window');
 
 for my $read ('idem_records', 'idem_scopes', 'idem_streams', 'idem_in_flight',
-	'idem_dead_letters', 'idem_purge_status', 'idem_stream_positions')
+	'idem_dead_letters', 'idem_purge_status', 'idem_stream_positions', 'idem_stats')
 {
 	refused('consumer', "SELECT * FROM $read;", '42501', "consumer: SELECT FROM $read");
 }
@@ -218,7 +218,9 @@ for my $call (
 	q{SELECT * FROM idem_reconcile();},
 	q{SELECT idem_configure('points', ttl => '1 second');},
 	q{SELECT idem_reset_stream('orders');},
-	q{SELECT idem_reset_stream('orders', 0);})
+	q{SELECT idem_reset_stream('orders', 0);},
+	q{SELECT * FROM idem_stats();},
+	q{SELECT idem_stats_reset();})
 {
 	refused('consumer', $call, '42501', "consumer: $call" =~ s/;$//r);
 }
@@ -538,13 +540,15 @@ my @owner_workload = (
 	q{SELECT public.idem_reset_stream('hs');},
 	q{SELECT public.idem_key('{"a": {"b": [1, 2]}, "c.d": "x"}', 'a.b.1', 'c\\.d');},
 	q{SELECT public.idem_fingerprint('{"b": 1, "a": [1.0, "x"]}');},
+	q{SELECT pg_catalog.count(*) FROM public.idem_stats;},
+	q{SELECT public.idem_stats_reset();},
 	q{BEGIN; SELECT public.idem_try_insert('h', 'rolled back'); SELECT public.idem_begin('h', 'rolled back 2'); ROLLBACK;},
 	q{BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT public.idem_try_insert('h', 'k1'); SELECT public.idem_try_insert('h', 'ser'); COMMIT;},
 );
 my @owner_results = session('postgres', @owner_workload);
 my %owner_states;
 $owner_states{ $_->[1] }++ for @owner_results;
-is(join(' ', map { "$_:$owner_states{$_}" } sort keys %owner_states), '00000:58 22023:1 55000:2',
+is(join(' ', map { "$_:$owner_states{$_}" } sort keys %owner_states), '00000:60 22023:1 55000:2',
 	'the owner\'s workload ran (refusals expected: forgetting a claim in progress, '
 	  . 'a repeated completion, a fingerprint mismatch)');
 

@@ -36,7 +36,7 @@ my $node = PostgreSQL::Test::Cluster->new('node',
 $node->init;
 $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'pg_idem'
-# The last test crashes a backend on purpose (a known bug): come back.
+# The last tests crash a backend on purpose (known bugs): come back.
 restart_after_crash = on
 });
 $node->start;
@@ -602,7 +602,8 @@ note 'known bug: idem_configure records the session user, not the caller';
 # A role allowed to configure scopes makes a superuser's routine ANALYZE
 # call idem_configure for it (an expression index runs as the table owner,
 # but GetOuterUserId() is still the superuser's): its reconciliation
-# function then runs as the superuser.
+# function then runs as the superuser, from idem_reconcile or the purge
+# worker. Autovacuum's own ANALYZE does the same, with no superuser at all.
 safe_as('hostile', q{
 CREATE FUNCTION evil.reconcile_as(scope text, key text) RETURNS boolean LANGUAGE plpgsql
     SET search_path = pg_catalog AS $$

@@ -159,7 +159,9 @@ CREATE FUNCTION @extschema@.idem_configure(scope text,
                                            takeover_on_disconnect boolean DEFAULT NULL)
 RETURNS @extschema@.idem_scopes
 AS 'MODULE_PATHNAME', 'idem_configure'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+-- SECURITY INVOKER: it records the calling role as configured_by, then
+-- writes idem_scopes as the table's owner (src/pg/scopes.cpp).
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 REVOKE ALL ON FUNCTION @extschema@.idem_begin(text, text, interval, text, interval, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_complete(text, text, integer, jsonb) FROM PUBLIC;

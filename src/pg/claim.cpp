@@ -525,8 +525,12 @@ IDEM_SQL_FUNCTION(idem_begin)
 	if (args.wait_ms > 0 && !IsolationUsesXactSnapshot())
 		wait_for_holder(args);
 	Claim c = decide_and_write(args);
+	// The answer is built after SPI_finish, which frees SPI's memory.
 	if (c.result != 0)
 		c.result = PointerGetDatum(SPI_datumTransfer(c.result, false, -1));
+	if (c.last_error != NULL)
+		c.last_error = reinterpret_cast<text *>(
+		    DatumGetPointer(SPI_datumTransfer(PointerGetDatum(c.last_error), false, -1)));
 	SPI_finish();
 	count_claim(args.ref.scope, c);
 	return claim_datum(fcinfo, c);

@@ -9,6 +9,7 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/table.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
@@ -242,12 +243,28 @@ IDEM_SQL_FUNCTION(idem_configure)
 				errdetail("The value given was \"%s\".", policy));
 	}
 	// The role that configures the scope is the one its reconciliation
-	// function will run as (this function itself runs as the owner).
-	Oid configured_by = GetOuterUserId();
+	// function will run as: the current user, which is the role whose code
+	// runs here. (This function is SECURITY INVOKER for that reason: the
+	// outer user of a SECURITY DEFINER function is the session's user, which
+	// inside a SECURITY DEFINER caller or a maintenance command such as
+	// ANALYZE running an index expression is someone else, even a
+	// superuser.) The write itself runs as the owner of idem_scopes, below.
+	Oid configured_by = GetUserId();
 	if (!PG_ARGISNULL(5))
 		idem::check_reconcile_function(fn, PG_GETARG_OID(5), configured_by);
 
 	const idem::ExtensionObjects &objects = idem::extension_objects();
+	// What SECURITY DEFINER would do, once configured_by is known: run as
+	// the table's owner, restricted, until the end of the write. An error
+	// restores the caller's identity with the transaction's abort.
+	Relation scopes = table_open(objects.scopes, AccessShareLock);
+	Oid owner = scopes->rd_rel->relowner;
+	table_close(scopes, AccessShareLock);
+	Oid caller;
+	int caller_context;
+	GetUserIdAndSecContext(&caller, &caller_context);
+	SetUserIdAndSecContext(owner, caller_context | SECURITY_LOCAL_USERID_CHANGE |
+					  SECURITY_RESTRICTED_OPERATION);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	char *sql = psprintf(
@@ -278,5 +295,6 @@ IDEM_SQL_FUNCTION(idem_configure)
 	CacheInvalidateRelcacheByRelid(objects.scopes);
 	HeapTupleHeader row = SPI_returntuple(SPI_tuptable->vals[0], SPI_tuptable->tupdesc);
 	SPI_finish();
+	SetUserIdAndSecContext(caller, caller_context);
 	PG_RETURN_HEAPTUPLEHEADER(row);
 }

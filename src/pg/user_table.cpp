@@ -145,7 +145,10 @@ Datum json_to_column(const char *fn, Oid relid, const TargetColumn *col, const J
 
 void append_signature(StringInfo sig, const char *tag, Oid relid, const JsonFields &fields)
 {
-	appendStringInfo(sig, "%s:%u", tag, relid);
+	// The count makes the signature decode one way only: without it, a
+	// column named like the next tag could move from one list to the other
+	// and leave the signature unchanged.
+	appendStringInfo(sig, "%s:%u:%d", tag, relid, fields.count);
 	for (int i = 0; i < fields.count; i++) {
 		appendStringInfoChar(sig, '\0');
 		appendStringInfoString(sig, fields.names[i]);

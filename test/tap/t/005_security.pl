@@ -23,8 +23,8 @@
 # one makes its own, logs in as each role (a connection per role, not SET
 # ROLE only), and can let a server crash without harming other suites.
 #
-# Known bugs are TODO tests: they report "not ok # TODO" today without
-# failing the suite, and "unexpectedly succeeded" once fixed.
+# The last three parts are the regression tests of bugs this matrix found
+# (a privilege escalation through idem_configure, and two crashes).
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -36,7 +36,7 @@ my $node = PostgreSQL::Test::Cluster->new('node',
 $node->init;
 $node->append_conf('postgresql.conf', q{
 shared_preload_libraries = 'pg_idem'
-# The last tests crash a backend on purpose (known bugs): come back.
+# The last tests tried to crash a backend (bugs since fixed): come back.
 restart_after_crash = on
 });
 $node->start;
@@ -597,13 +597,14 @@ is(owner_sql(q{SELECT count(*) FROM evil.idem_records}) . ' '
 	'0 0', 'the planted idem_records and idem_scopes were never written');
 
 # ---------------------------------------------------------------------------
-note 'known bug: idem_configure records the session user, not the caller';
+note 'fixed bug: idem_configure recorded the session user, not the caller';
 
-# A role allowed to configure scopes makes a superuser's routine ANALYZE
+# A role allowed to configure scopes made a superuser's routine ANALYZE
 # call idem_configure for it (an expression index runs as the table owner,
-# but GetOuterUserId() is still the superuser's): its reconciliation
-# function then runs as the superuser, from idem_reconcile or the purge
-# worker. Autovacuum's own ANALYZE does the same, with no superuser at all.
+# but GetOuterUserId() was still the superuser's): its reconciliation
+# function then ran as the superuser, from idem_reconcile or the purge
+# worker. Autovacuum's own ANALYZE did the same. idem_configure is now
+# SECURITY INVOKER and records the current user.
 safe_as('hostile', q{
 CREATE FUNCTION evil.reconcile_as(scope text, key text) RETURNS boolean LANGUAGE plpgsql
     SET search_path = pg_catalog AS $$
@@ -625,10 +626,7 @@ CREATE INDEX ON evil.bait (evil.configure_on_analyze(i));
 owner_sql('ANALYZE evil.bait');
 sql_as('hostile', q{SELECT public.idem_begin('escalate', 'e1');});
 owner_sql(q{SELECT pg_sleep(0.01); SELECT * FROM idem_reconcile('escalate');});
-TODO:
 {
-	local $TODO = 'idem_configure takes configured_by from GetOuterUserId(), which is the '
-	  . 'session user inside SECURITY DEFINER functions and maintenance commands';
 	is(owner_sql(q{SELECT configured_by FROM idem_scopes WHERE scope = 'escalate'}),
 		'hostile', 'a scope configured by hostile\'s code is configured_by hostile');
 	is(owner_sql(q{SELECT string_agg(by_role, ',') FROM evil.calls WHERE fn = 'reconcile_as'}),
@@ -636,11 +634,11 @@ TODO:
 }
 
 # ---------------------------------------------------------------------------
-note 'known bug: a consumer can crash the server with a long error message';
+note 'fixed bug: a long stored error crashed idem_begin (freed SPI memory)';
 
-# idem_begin copies the stored last_error into SPI's memory, which
-# SPI_finish frees before the answer is built from it: a long message comes
-# back as garbage, or the backend reads unmapped memory.
+# idem_begin copied the stored last_error into SPI's memory, which
+# SPI_finish freed before the answer was built from it: a long message came
+# back as garbage, or the backend read unmapped memory.
 my $offset = -s $node->logfile;
 my @long_error = session('consumer',
 	q{SELECT idem_begin('dos', 'k', lease => '1 hour');},
@@ -648,9 +646,7 @@ my @long_error = session('consumer',
 	q{SELECT status, length(last_error) FROM idem_begin('dos', 'k');},
 	q{SELECT status, length(last_error) FROM idem_begin('dos', 'k');});
 $node->poll_query_until('postgres', 'SELECT 1', '1');
-TODO:
 {
-	local $TODO = 'idem_begin returns last_error from memory that SPI_finish freed';
 	is(join(' ', map { "$_->[1]:$_->[0]" } @long_error[ 2, 3 ]),
 		'00000:dead|2000000 00000:dead|2000000',
 		'idem_begin hands back the stored 2 MB error, twice');
@@ -659,13 +655,13 @@ TODO:
 }
 
 # ---------------------------------------------------------------------------
-note 'known bug: a role with only TEMP can crash the server';
+note 'fixed bug: a column named like a signature tag crashed idem_versioned_update';
 
-# idem_versioned_update keys its statement cache on a signature that joins
+# idem_versioned_update keyed its statement cache on a signature that joined
 # the key's and the changes' column names with the tag "changes:<oid>": a
-# column of that name moves between the two lists without changing the
-# signature, and the second call reads column descriptions that were never
-# built.
+# column of that name moved between the two lists without changing the
+# signature, and the second call read column descriptions that were never
+# built. The signature now carries each list's length.
 $offset = -s $node->logfile;
 my @crash = session('stranger',
 	q{CREATE TEMP TABLE t (id int PRIMARY KEY, version int NOT NULL DEFAULT 1);},
@@ -674,9 +670,7 @@ my @crash = session('stranger',
 	q{SELECT idem_versioned_update('t', jsonb_build_object('id', 1, 'changes:' || 't'::regclass::oid, 1), 1, '{}');},
 	q{SELECT idem_versioned_update('t', '{"id": 1}', 1, jsonb_build_object('changes:' || 't'::regclass::oid, 2));});
 $node->poll_query_until('postgres', 'SELECT 1', '1');
-TODO:
 {
-	local $TODO = 'the statement signature of idem_versioned_update is ambiguous';
 	ok(!$node->log_contains(qr/terminated by signal/, $offset),
 		'the server survives (no backend terminated by a signal)');
 	is($crash[4][1], '00000', 'the second call runs its own statement');

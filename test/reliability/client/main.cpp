@@ -24,6 +24,7 @@
 #include "connection.hpp"
 #include "patterns.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -280,10 +281,13 @@ void report(Shared *sh, double seconds)
 	// Deliveries that got past their claim: not those sent back because
 	// another consumer held the key or the version was not reached yet.
 	long long processed = st.deliveries - st.reasons[kInProgress] - st.reasons[kNotYet];
-	// Every order is acked in the end, and applied by exactly one commit; the
-	// consumers saw st.applied of those commits succeed. The others are
-	// COMMITs whose connection was lost: committed, though nobody saw it.
-	long long unseen = (long long)(s.orders.size()) - st.applied;
+	// Every order is acked in the end, and (if all is well) applied by
+	// exactly one commit; the consumers saw st.applied of those commits
+	// succeed. The others are COMMITs whose connection was lost: committed,
+	// though nobody saw it. (Bounded, so that a broken run that lost
+	// orders is not reported as unseen commits.)
+	long long unseen =
+	    std::min((long long)(s.orders.size()) - st.applied, st.reasons[kCommitUnknown].load());
 	long long faults = 0, twice = 0;
 	for (auto &f : st.faults)
 		faults += f;

@@ -19,7 +19,8 @@
 // prints its counts (and writes them as "name value" lines to --stats).
 // The verdict on the balances and records is check.sql's. Exits 1 if a
 // consumer met an error that nobody injected, 2 if it could not run, 3 on
-// --timeout.
+// --timeout, 4 if it gave up after kMaxUnexpected such errors (without
+// writing results: a broken server or extension must not spin for long).
 #include "broker.hpp"
 #include "connection.hpp"
 #include "patterns.hpp"
@@ -113,6 +114,9 @@ Options parse(int argc, char **argv)
 	return o;
 }
 
+// After this many errors that nobody injected, the run stops.
+constexpr long long kMaxUnexpected = 200;
+
 struct Stats {
 	std::atomic<long long> deliveries{0}, applied{0}, duplicates{0}, reconnects{0};
 	std::atomic<long long> twins_met{0}, twins_missed{0}, twins_overlapped{0}, crashes{0};
@@ -140,6 +144,7 @@ struct Shared {
 	Stats stats;
 	std::vector<Fault> faults;
 	std::atomic<bool> finished{false};
+	std::atomic<bool> gave_up{false};
 	Shared(const Options &opt, Stream s)
 	    : o(opt), stream(std::move(s)), broker(stream, opt.seed * 31 + 7),
 	      stats(stream.orders.size()), faults(faults_of(opt.pattern))
@@ -200,8 +205,14 @@ void consumer_thread(Shared *sh, int id)
 		sh->stats.reasons[out.reason]++;
 		if (out.fault_fired)
 			sh->stats.faults[f]++;
-		if (out.reason == kUnexpected)
+		if (out.reason == kUnexpected) {
 			sh->stats.note_unexpected(out.error);
+			if (sh->stats.reasons[kUnexpected] >= kMaxUnexpected) {
+				sh->gave_up = true;
+				sh->broker.stop();
+			}
+			std::this_thread::sleep_for(std::chrono::milliseconds(10));
+		}
 		if (out.acked()) {
 			if (out.applied) {
 				sh->stats.applied++;
@@ -381,6 +392,12 @@ int main(int argc, char **argv)
 	sh.finished = true;
 	chaos.join();
 	watchdog.join();
+	if (sh.gave_up) {
+		report(&sh, seconds);
+		die("gave up after " + std::to_string(kMaxUnexpected) +
+		        " errors that nobody injected (see above)",
+		    4);
+	}
 	write_results(&sh);
 	report(&sh, seconds);
 	return sh.stats.reasons[kUnexpected] > 0 ? 1 : 0;

@@ -2,7 +2,7 @@
 # (against a running server), `make unittest` (the C++ core, no server).
 
 EXTENSION = pg_idem
-EXTVERSION = 0.1
+EXTVERSION = 0.2
 
 MODULE_big = pg_idem
 CORE_OBJS = \
@@ -34,10 +34,15 @@ OBJS = $(CORE_OBJS) \
 	src/pg/message_keys.o \
 	src/pg/stream_positions.o
 
-# One SQL source; the versioned install script is generated from it.
+# SQL: the 0.1 install script as released, and one upgrade script per
+# release after it. The current install script is their concatenation (the
+# upgrade scripts' \echo guard lines dropped), so that CREATE EXTENSION and
+# ALTER EXTENSION UPDATE give the same objects.
+UPGRADES = src/$(EXTENSION)--0.1--0.2.sql
+DATA = src/$(EXTENSION)--0.1.sql $(UPGRADES)
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 
-REGRESS = records_table try_insert try_insert_row versioned_update claim configure reconcile purge message_keys stream_positions stats
+REGRESS = records_table try_insert try_insert_row versioned_update claim configure reconcile purge message_keys stream_positions stats upgrade
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 ISOLATION = try_insert_race try_insert_row_race versioned_update_race claim_begin_race claim_wait claim_lease claim_fingerprint claim_max_attempts claim_reconcile claim_disconnect purge_race stream_advance_race
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=$(EXTENSION)
@@ -58,8 +63,8 @@ include $(PGXS)
 # The JIT bitcode copy of each file must be compiled like the object code.
 override BITCODE_CXXFLAGS += $(IDEM_CXXFLAGS) $(PG_IDEM_HEADER_FLAGS)
 
-$(EXTENSION)--$(EXTVERSION).sql: src/$(EXTENSION).sql
-	cp $< $@
+$(EXTENSION)--$(EXTVERSION).sql: src/$(EXTENSION)--0.1.sql $(UPGRADES)
+	{ cat src/$(EXTENSION)--0.1.sql; for u in $(UPGRADES); do sed '/^\\echo /d' $$u; done; } >$@
 
 # Unit tests of the pure C++ core (GoogleTest); no PostgreSQL involved.
 UNIT_TESTS = $(wildcard test/unit/*_test.cpp)

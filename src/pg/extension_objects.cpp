@@ -86,14 +86,14 @@ const ExtensionObjects &extension_objects()
 	found.streams_pkey = get_relname_relid("idem_streams_pkey", schema);
 	found.status_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 					    CStringGetDatum("idem_status"), ObjectIdGetDatum(schema));
+	// idem_streams came with 0.2: a database still on 0.1's SQL has none,
+	// and only the stream functions need it (they say so).
 	if (!OidIsValid(found.records) || !OidIsValid(found.records_pkey) ||
-	    !OidIsValid(found.scopes) || !OidIsValid(found.streams) ||
-	    !OidIsValid(found.streams_pkey) ||
-	    !OidIsValid(found.status_type))
+	    !OidIsValid(found.scopes) || !OidIsValid(found.status_type))
 		ereport(ERROR, errcode(ERRCODE_UNDEFINED_TABLE),
 			errmsg("pg_idem's tables are missing"),
-			errhint("Recreate the extension: DROP EXTENSION pg_idem; CREATE EXTENSION "
-				"pg_idem."));
+			errhint("If the extension was installed by an older pg_idem, run ALTER "
+				"EXTENSION pg_idem UPDATE."));
 	found.status_in_progress = enum_label(found.status_type, "in_progress");
 	found.status_completed = enum_label(found.status_type, "completed");
 	found.status_failed = enum_label(found.status_type, "failed");

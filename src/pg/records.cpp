@@ -59,7 +59,7 @@ namespace idem {
 
 namespace {
 
-// Column numbers of idem_records, in the order src/pg_idem.sql creates them.
+// Column numbers of idem_records, in the order src/pg_idem--0.1.sql creates them.
 enum RecordColumn : AttrNumber {
 	col_key_id = 1,
 	col_scope = 2,

@@ -250,6 +250,17 @@ IDEM_SQL_FUNCTION(idem_configure)
 	// ANALYZE running an index expression is someone else, even a
 	// superuser.) The write itself runs as the owner of idem_scopes, below.
 	Oid configured_by = GetUserId();
+	// Under pg_idem 0.1's SQL the function is still SECURITY DEFINER, and
+	// the current user would be its owner: refuse until the update.
+	HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
+	bool definer = HeapTupleIsValid(proc) &&
+		       reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc))->prosecdef;
+	if (HeapTupleIsValid(proc))
+		ReleaseSysCache(proc);
+	if (definer)
+		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			errmsg("%s: this database has pg_idem 0.1's SQL objects", fn),
+			errhint("Run ALTER EXTENSION pg_idem UPDATE."));
 	if (!PG_ARGISNULL(5))
 		idem::check_reconcile_function(fn, PG_GETARG_OID(5), configured_by);
 

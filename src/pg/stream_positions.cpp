@@ -113,17 +113,31 @@ void window_from_bytea(const char *fn, bytea *state, idem::ReplayWindow *window)
 			errmsg("%s: window_state is not a pg_idem stream window", fn));
 }
 
-// The statement for `signature`, prepared the first time from `sql_format`
-// with its %s replaced by idem_streams' qualified name.
-idem::Statement *streams_statement(const char *signature, const char *sql_format, int nargs,
-				   Oid *types)
+// Where idem_streams is, or an error if this database is still on pg_idem
+// 0.1's SQL.
+const idem::ExtensionObjects &streams_objects(const char *fn)
 {
 	const idem::ExtensionObjects &objects = idem::extension_objects();
+	if (!OidIsValid(objects.streams) || !OidIsValid(objects.streams_pkey))
+		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			errmsg("%s: this database has pg_idem 0.1's SQL objects, without "
+			       "idem_streams",
+			       fn),
+			errhint("Run ALTER EXTENSION pg_idem UPDATE."));
+	return objects;
+}
+
+// The statement for `signature`, prepared the first time from `sql_format`
+// with its %s replaced by idem_streams' qualified name.
+idem::Statement *streams_statement(const char *fn, const char *signature, const char *sql_format,
+				   int nargs, Oid *types)
+{
+	const idem::ExtensionObjects &objects = streams_objects(fn);
 	return idem::statement_for(signature, objects.streams, objects.streams_name, sql_format,
 				   nargs, types);
 }
 
-// Column numbers of idem_streams, in the order src/pg_idem.sql creates them.
+// Column numbers of idem_streams, in the order src/pg_idem--0.1--0.2.sql creates them.
 enum StreamColumn : AttrNumber {
 	col_stream = 1,
 	col_part = 2,
@@ -215,7 +229,7 @@ bool advance_new(Datum *args, int64 position, int32 window)
 	first.advance(position, window);
 	Oid types[] = {TEXTOID, INT4OID, INT8OID, INT4OID, BYTEAOID};
 	idem::Statement *st = streams_statement(
-	    "streams:create",
+	    "idem_advance", "streams:create",
 	    "INSERT INTO %s (stream, part, position, window_size, window_state, updated_at) "
 	    "VALUES ($1, $2, $3, $4, $5, pg_catalog.now()) ON CONFLICT DO NOTHING",
 	    5, types);
@@ -238,7 +252,7 @@ IDEM_SQL_FUNCTION(idem_advance)
 	// What a plain UPDATE would check before writing.
 	PreventCommandIfReadOnly(fn);
 	PreventCommandDuringRecovery(fn);
-	const idem::ExtensionObjects &objects = idem::extension_objects();
+	const idem::ExtensionObjects &objects = streams_objects(fn);
 	Relation rel = table_open(objects.streams, RowExclusiveLock);
 	Relation pkey = index_open(objects.streams_pkey, RowExclusiveLock);
 	Datum args[] = {PointerGetDatum(sp.stream), Int32GetDatum(sp.part), Int64GetDatum(position),
@@ -276,7 +290,7 @@ IDEM_SQL_FUNCTION(idem_position)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	Oid types[] = {TEXTOID, INT4OID};
 	idem::Statement *st = streams_statement(
-	    "streams:position",
+	    fn, "streams:position",
 	    "SELECT position FROM %s "
 	    "WHERE stream OPERATOR(pg_catalog.=) $1 AND part OPERATOR(pg_catalog.=) $2",
 	    2, types);
@@ -305,7 +319,7 @@ IDEM_SQL_FUNCTION(idem_reset_stream)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	Oid types[] = {TEXTOID, INT4OID};
 	idem::Statement *st = streams_statement(
-	    "streams:reset",
+	    fn, "streams:reset",
 	    "DELETE FROM %s WHERE stream OPERATOR(pg_catalog.=) $1 "
 	    "AND ($2 IS NULL OR part OPERATOR(pg_catalog.=) $2)",
 	    2, types);

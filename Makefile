@@ -27,6 +27,7 @@ OBJS = $(CORE_OBJS) \
 	src/pg/purge_worker.o \
 	src/pg/purge_vacuum.o \
 	src/pg/stats.o \
+	src/pg/duplicate_cache.o \
 	src/pg/plan_cache.o \
 	src/pg/user_table.o \
 	src/pg/try_insert_row.o \

@@ -61,6 +61,20 @@ COMMENT ON TABLE @extschema@.idem_records IS
 
 REVOKE ALL ON TABLE @extschema@.idem_records FROM PUBLIC;
 
+-- The duplicate cache (src/pg/duplicate_cache.cpp) must forget a key whose
+-- record changes or goes away. pg_idem's own writes tell it directly; this
+-- trigger catches the rest (an operator's DELETE or UPDATE in SQL). ALWAYS:
+-- also when session_replication_role is replica. TRUNCATE needs nothing: it
+-- gives the table a new relfilenode, which every cached entry is checked
+-- against.
+CREATE FUNCTION @extschema@.idem_records_changed() RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_records_changed'
+LANGUAGE C;
+CREATE TRIGGER idem_records_changed AFTER UPDATE OR DELETE ON @extschema@.idem_records
+    FOR EACH ROW EXECUTE FUNCTION @extschema@.idem_records_changed();
+ALTER TABLE @extschema@.idem_records ENABLE ALWAYS TRIGGER idem_records_changed;
+REVOKE ALL ON FUNCTION @extschema@.idem_records_changed() FROM PUBLIC;
+
 -- Records are data: pg_dump keeps them.
 SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_records', '');
 

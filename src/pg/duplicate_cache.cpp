@@ -56,6 +56,7 @@ extern "C" {
 #include "access/table.h"
 #include "access/transam.h"
 #include "access/xact.h"
+#include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
@@ -69,6 +70,7 @@ extern "C" {
 #include "core/record_key.hpp"
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
+#include "pg/guard.hpp"
 #include "pg/records.hpp"
 #include "pg/settings.hpp"
 
@@ -323,3 +325,27 @@ void cache_invalidate(const bytea *id)
 }
 
 } // namespace idem
+
+// The AFTER UPDATE OR DELETE row trigger of idem_records: forgets the key of
+// the old row (and of the new one, should an UPDATE change key_id), after the
+// modification, as cache_invalidate requires.
+IDEM_SQL_FUNCTION(idem_records_changed)
+{
+	if (!CALLED_AS_TRIGGER(fcinfo))
+		ereport(ERROR, errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+			errmsg("idem_records_changed: not called as a trigger"));
+	TriggerData *trigger = reinterpret_cast<TriggerData *>(fcinfo->context);
+	if (idem::shared != NULL) {
+		TupleDesc desc = RelationGetDescr(trigger->tg_relation);
+		bool isnull;
+		HeapTuple rows[] = {trigger->tg_trigtuple, trigger->tg_newtuple};
+		for (HeapTuple row : rows) {
+			if (row == NULL)
+				continue;
+			Datum id = heap_getattr(row, 1, desc, &isnull);
+			if (!isnull)
+				idem::cache_invalidate(DatumGetByteaPP(id));
+		}
+	}
+	return PointerGetDatum(NULL);
+}

@@ -134,7 +134,7 @@ extern "C" void _PG_init(void)
 		DefineCustomIntVariable("pg_idem.cache_size",
 					"Entries of the duplicate cache, which lets idem_try_insert "
 					"answer recent duplicates without reading idem_records.",
-					"0 turns it off. Each entry takes about 120 bytes of shared "
+					"0 turns it off. Each entry takes about 110 bytes of shared "
 					"memory. Needs pg_idem in shared_preload_libraries.",
 					&idem::cache_size, 0, 0, 10000000, PGC_POSTMASTER, 0, NULL, NULL,
 					NULL);

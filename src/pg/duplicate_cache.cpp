@@ -280,8 +280,13 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 	if (pg_atomic_read_u64(generation_of(MyDatabaseId)) == generation) {
 		Entry *bucket = bucket_of(hash);
 		Entry *victim = NULL;
+		// The key's own entry first (a key is never in a bucket twice),
+		// then an empty one.
 		for (int i = 0; i < ways && victim == NULL; i++)
-			if (same_key(&bucket[i], MyDatabaseId, hash, ref.id) || !bucket[i].used)
+			if (same_key(&bucket[i], MyDatabaseId, hash, ref.id))
+				victim = &bucket[i];
+		for (int i = 0; i < ways && victim == NULL; i++)
+			if (!bucket[i].used)
 				victim = &bucket[i];
 		TimestampTz now = GetCurrentTransactionStartTimestamp();
 		for (int i = 0; i < ways && victim == NULL; i++)

@@ -9,8 +9,7 @@
 
 DELETE FROM idem_records;
 SELECT idem_stats_reset();
-SELECT coalesce(current_setting('pg_idem.cache_size', true), 'not preloaded') <> '0'
-       AND current_setting('pg_idem.cache_size', true) IS NOT NULL AS cache_on;
+SELECT idem_cache_enabled();
 
 CREATE VIEW cache_counts AS
 SELECT scope, claims, duplicates, cache_hits, cache_misses

@@ -354,3 +354,6 @@ IDEM_SQL_FUNCTION(idem_records_changed)
 	}
 	return PointerGetDatum(NULL);
 }
+
+// idem_cache_enabled(): whether the duplicate cache exists on this server.
+IDEM_SQL_FUNCTION(idem_cache_enabled) { PG_RETURN_BOOL(idem::shared != NULL); }

@@ -18,6 +18,9 @@
 //      COMMITTED the loser's WHERE is rechecked against the winner's row and
 //      matches nothing, and the loop looks again.
 //
+// With the duplicate cache on (duplicate_cache.cpp), a READ COMMITTED claim
+// asks it before step 1, and offers it the live records step 3 finds.
+//
 // So the function never raises unique_violation and needs no subtransaction.
 // In REPEATABLE READ and SERIALIZABLE, a record the transaction's snapshot
 // cannot see, and a concurrent takeover, raise serialization failures

@@ -131,3 +131,29 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 REVOKE ALL ON FUNCTION @extschema@.idem_stats() FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_stats_reset() FROM PUBLIC;
 REVOKE ALL ON @extschema@.idem_stats FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- The duplicate cache (needs pg_idem in shared_preload_libraries and
+-- pg_idem.cache_size > 0; README "Duplicate cache").
+-- ---------------------------------------------------------------------------
+
+-- The duplicate cache (src/pg/duplicate_cache.cpp) must forget a key whose
+-- record changes or goes away. pg_idem's own writes tell it directly; this
+-- trigger catches the rest (an operator's DELETE or UPDATE in SQL). ALWAYS:
+-- also when session_replication_role is replica. TRUNCATE needs nothing: it
+-- gives the table a new relfilenode, which every cached entry is checked
+-- against. The WHEN clause spares servers without the cache (the default)
+-- the queued after-trigger event of every update.
+CREATE FUNCTION @extschema@.idem_cache_enabled() RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_cache_enabled'
+LANGUAGE C STABLE STRICT PARALLEL SAFE;
+COMMENT ON FUNCTION @extschema@.idem_cache_enabled() IS
+    'whether this server has the duplicate cache (pg_idem preloaded, pg_idem.cache_size > 0)';
+CREATE FUNCTION @extschema@.idem_records_changed() RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_records_changed'
+LANGUAGE C;
+CREATE TRIGGER idem_records_changed AFTER UPDATE OR DELETE ON @extschema@.idem_records
+    FOR EACH ROW WHEN (@extschema@.idem_cache_enabled())
+    EXECUTE FUNCTION @extschema@.idem_records_changed();
+ALTER TABLE @extschema@.idem_records ENABLE ALWAYS TRIGGER idem_records_changed;
+REVOKE ALL ON FUNCTION @extschema@.idem_records_changed() FROM PUBLIC;

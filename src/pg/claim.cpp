@@ -41,6 +41,7 @@ extern "C" {
 
 #include "core/claim_rules.hpp"
 #include "pg/claim_wait.hpp"
+#include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
@@ -284,6 +285,7 @@ bool write_claim(const BeginArgs &args, bool exists, int attempt, int attempt_ba
 	    "WHERE key_id OPERATOR(pg_catalog.=) $1",
 	    12, types);
 	run(st, values, nulls, SPI_OK_UPDATE);
+	idem::cache_invalidate(args.ref.id);
 	return true;
 }
 
@@ -303,6 +305,7 @@ void mark_dead(const idem::RecordRef &ref, int attempts)
 						       "before its lease expired",
 						       attempts))};
 	run(st, values, NULL, SPI_OK_UPDATE);
+	idem::cache_invalidate(ref.id);
 }
 
 // The answer of idem_begin, as an idem_claim row.
@@ -565,6 +568,7 @@ IDEM_SQL_FUNCTION(idem_complete)
 		nulls[2] = 'n';
 	if (run(st, values, nulls, SPI_OK_UPDATE) == 0)
 		refuse_not_holder(fn, ref, attempt, read_record(ref, false));
+	idem::cache_invalidate(ref.id);
 	idem::claim_wake_at_commit(ref.id);
 	SPI_finish();
 	idem::stats_count(ref.scope, idem::stat_completions);
@@ -608,6 +612,7 @@ IDEM_SQL_FUNCTION(idem_fail)
 			  PG_GETARG_DATUM(3), TimestampTzGetDatum(now),
 			  TimestampTzGetDatum(idem::record_expiry(fn, now, NULL, settings))};
 	run(st, values, NULL, SPI_OK_UPDATE);
+	idem::cache_invalidate(ref.id);
 	idem::claim_wake_at_commit(ref.id);
 	SPI_finish();
 	idem::StatsDelta delta;

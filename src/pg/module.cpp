@@ -11,6 +11,7 @@ extern "C" {
 
 #include "pg/plan_cache.hpp"
 #include "pg/claim_wait.hpp"
+#include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/purge_status.hpp"
 #include "pg/purge_worker.hpp"
@@ -39,6 +40,7 @@ extern "C" void request_shmem(void)
 	idem::claim_wait_request_shmem();
 	idem::purge_status_request_shmem();
 	idem::stats_request_shmem();
+	idem::cache_request_shmem();
 }
 
 extern "C" void startup_shmem(void)
@@ -48,6 +50,7 @@ extern "C" void startup_shmem(void)
 	idem::claim_wait_init_shmem();
 	idem::purge_status_init_shmem();
 	idem::stats_init_shmem();
+	idem::cache_init_shmem();
 }
 
 } // namespace
@@ -63,6 +66,7 @@ int purge_rate_limit = 0;
 bool purge_reconcile = true;
 bool purge_vacuum = true;
 int stats_max_scopes = 1000;
+int cache_size = 0;
 }
 
 extern "C" void _PG_init(void)
@@ -124,6 +128,16 @@ extern "C" void _PG_init(void)
 					"shared_preload_libraries.",
 					&idem::stats_max_scopes, 1000, 1, 1000000, PGC_POSTMASTER, 0, NULL,
 					NULL, NULL);
+
+	// Sizes the duplicate cache, which only preloading creates.
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("pg_idem.cache_size",
+					"Entries of the duplicate cache, which lets idem_try_insert "
+					"answer recent duplicates without reading idem_records.",
+					"0 turns it off. Each entry takes about 110 bytes of shared "
+					"memory. Needs pg_idem in shared_preload_libraries.",
+					&idem::cache_size, 0, 0, 10000000, PGC_POSTMASTER, 0, NULL, NULL,
+					NULL);
 
 	MarkGUCPrefixReserved("pg_idem");
 

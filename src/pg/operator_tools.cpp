@@ -11,6 +11,7 @@ extern "C" {
 }
 
 #include "pg/claim_wait.hpp"
+#include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
@@ -58,6 +59,8 @@ IDEM_SQL_FUNCTION(idem_retry)
 			     "WHERE key_id OPERATOR(pg_catalog.=) $1 "
 			     "AND status OPERATOR(pg_catalog.=) 'dead'",
 			     ref);
+	if (n > 0)
+		idem::cache_invalidate(ref.id);
 	PG_RETURN_BOOL(n > 0);
 }
 
@@ -74,6 +77,8 @@ IDEM_SQL_FUNCTION(idem_forget)
 			     "DELETE FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1 "
 			     "AND status OPERATOR(pg_catalog.<>) 'in_progress'",
 			     ref);
+	if (n > 0)
+		idem::cache_invalidate(ref.id);
 	if (n == 0 && on_record("operator:in_progress",
 				"SELECT 1 FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1 "
 				"AND status OPERATOR(pg_catalog.=) 'in_progress' FOR UPDATE",

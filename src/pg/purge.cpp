@@ -2,7 +2,7 @@
 // worker (purge_worker.cpp) run.
 //
 // A batch finds up to n expired records that are not in progress,
-//   SELECT ctid, scope FROM idem_records WHERE expires_at <= now()
+//   SELECT ctid, scope, key_id FROM idem_records WHERE expires_at <= now()
 //   AND status <> 'in_progress' LIMIT n
 // (through the BRIN index on expires_at while expired records sit together),
 // then deletes each with table_tuple_delete(wait = false). That delete
@@ -32,6 +32,7 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
+#include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
@@ -50,7 +51,7 @@ int64 purge_batch(int max_rows)
 	if (!statement_ready(st)) {
 		Oid types[] = {INT4OID};
 		statement_prepare(st,
-				  psprintf("SELECT ctid, scope FROM %s "
+				  psprintf("SELECT ctid, scope, key_id FROM %s "
 					   "WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
 					   "AND status OPERATOR(pg_catalog.<>) 'in_progress' LIMIT $1",
 					   objects.records_name),
@@ -79,6 +80,7 @@ int64 purge_batch(int max_rows)
 		if (table_tuple_delete(records, tid, cid, GetActiveSnapshot(), InvalidSnapshot,
 				       false, &failure, false) != TM_Ok)
 			continue;
+		cache_invalidate(DatumGetByteaPP(SPI_getbinval(row, SPI_tuptable->tupdesc, 3, &isnull)));
 		if (purged_scopes != NULL)
 			purged_scopes[purged] =
 			    DatumGetTextPP(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));

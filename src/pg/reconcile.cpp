@@ -31,6 +31,7 @@ extern "C" {
 
 #include "core/claim_rules.hpp"
 #include "pg/claim_wait.hpp"
+#include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
@@ -181,6 +182,7 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 				if (SPI_execute_plan(update->plan, values, NULL, false, 0) !=
 				    SPI_OK_UPDATE)
 					elog(ERROR, "pg_idem: reconciliation update failed");
+				idem::cache_invalidate(c.id);
 				idem::claim_wake_at_commit(c.id);
 				c.settled = true;
 				c.dead = status == objects.status_dead;

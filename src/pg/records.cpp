@@ -18,6 +18,9 @@
 //      COMMITTED the loser's WHERE is rechecked against the winner's row and
 //      matches nothing, and the loop looks again.
 //
+// With the duplicate cache on (duplicate_cache.cpp), a READ COMMITTED claim
+// asks it before step 1, and offers it the live records step 3 finds.
+//
 // So the function never raises unique_violation and needs no subtransaction.
 // In REPEATABLE READ and SERIALIZABLE, a record the transaction's snapshot
 // cannot see, and a concurrent takeover, raise serialization failures
@@ -49,6 +52,7 @@ extern "C" {
 }
 
 #include "core/record_key.hpp"
+#include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/records.hpp"
@@ -208,8 +212,11 @@ bool insert_speculatively(const ExtensionObjects &loc, Relation rel, const Recor
 
 // Claims the key for `record` unless a record holds it: a lookup, then,
 // only for a new key, an insertion. Duplicates cost one index lookup, no
-// write and no transaction id.
-Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, const NewRecord &record)
+// write and no transaction id. With `cache_from` (the duplicate cache's
+// counter, read before this lookup), a live record found is offered to the
+// duplicate cache, which takes it only if its tuple is settled.
+Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, const NewRecord &record,
+		    const uint64 *cache_from = NULL)
 {
 	Relation rel = table_open(loc.records, RowExclusiveLock);
 	Relation pkey = index_open(loc.records_pkey, RowExclusiveLock);
@@ -218,6 +225,15 @@ Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, const New
 	for (;;) {
 		if (find_holder(rel, pkey, ref, holder)) {
 			found = classify_holder(loc, rel, holder, ref, record.recorded_at);
+			if (found == Found::live && cache_from != NULL) {
+				bool isnull;
+				cache_remember(rel, holder, ref,
+					       DatumGetTimestampTz(
+						   slot_getattr(holder, col_expires_at, &isnull)),
+					       DatumGetObjectId(
+						   slot_getattr(holder, col_status, &isnull)),
+					       *cache_from);
+			}
 			break;
 		}
 		if (insert_speculatively(loc, rel, ref, record)) {
@@ -271,6 +287,8 @@ bool take_over_expired(const ExtensionObjects &loc, const RecordRef &ref, Timest
 			  TimestampTzGetDatum(expires_at)};
 	bool taken = run(takeover_statement(loc), values) == 1;
 	SPI_finish();
+	if (taken)
+		cache_invalidate(ref.id);
 	return taken;
 }
 
@@ -329,12 +347,27 @@ bool records_insert(const RecordRef &ref, const NewRecord &record)
 	return insert_record(extension_objects(), ref, record) == Found::inserted;
 }
 
-bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at)
+bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at,
+			CacheAnswer *cache)
 {
 	const ExtensionObjects &loc = extension_objects();
+	*cache = CacheAnswer::unused;
+	uint64 generation = 0;
+	const uint64 *cache_from = NULL;
+	if (cache_usable()) {
+		// Read before the lookups below, so that a change between them
+		// and the cache insertion is seen (duplicate_cache.cpp).
+		generation = cache_generation();
+		if (cache_lookup(loc, ref, now)) {
+			*cache = CacheAnswer::hit;
+			return false;
+		}
+		*cache = CacheAnswer::miss;
+		cache_from = &generation;
+	}
 	NewRecord record = {loc.status_completed, now, expires_at, 0, 0, 0, NULL};
 	for (int round = 0; round < max_rounds; round++) {
-		switch (insert_record(loc, ref, record)) {
+		switch (insert_record(loc, ref, record, cache_from)) {
 		case Found::inserted:
 			return true;
 		case Found::live:

@@ -36,9 +36,15 @@ struct NewRecord {
 // the key). Returns whether it was inserted.
 bool records_insert(const RecordRef &ref, const NewRecord &record);
 
+// What the duplicate cache did for a claim: nothing (off, or not READ
+// COMMITTED), answered it, or was asked and missed.
+enum class CacheAnswer { unused, hit, miss };
+
 // Claims the key as a completed record in the caller's transaction. Returns
 // false when a live record exists (committed, or committed by a concurrent
 // transaction this call waited for); true when this transaction now owns it.
-bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at);
+// Asks the duplicate cache first, and offers it the duplicates it finds.
+bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at,
+			CacheAnswer *cache);
 
 } // namespace idem

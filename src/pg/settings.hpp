@@ -25,4 +25,8 @@ extern bool purge_vacuum;      // pg_idem.purge_vacuum
 // pg_idem.stats_max_scopes: scopes idem_stats counts on their own (stats.cpp).
 extern int stats_max_scopes;
 
+// pg_idem.cache_size: entries of the duplicate cache, 0: none
+// (duplicate_cache.cpp).
+extern int cache_size;
+
 } // namespace idem

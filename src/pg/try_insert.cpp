@@ -29,7 +29,13 @@ IDEM_SQL_FUNCTION(idem_try_insert)
 	TimestampTz expires_at =
 	    idem::record_expiry(fn, now, PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
 				idem::scope_settings(ref.scope));
-	bool first = idem::records_try_insert(ref, now, expires_at);
-	idem::stats_count(ref.scope, first ? idem::stat_claims : idem::stat_duplicates);
+	idem::CacheAnswer cache;
+	bool first = idem::records_try_insert(ref, now, expires_at, &cache);
+	idem::StatsDelta delta;
+	memset(&delta, 0, sizeof delta);
+	delta.n[first ? idem::stat_claims : idem::stat_duplicates] = 1;
+	delta.n[idem::stat_cache_hits] = cache == idem::CacheAnswer::hit ? 1 : 0;
+	delta.n[idem::stat_cache_misses] = cache == idem::CacheAnswer::miss ? 1 : 0;
+	idem::stats_add(ref.scope, delta);
 	PG_RETURN_BOOL(first);
 }

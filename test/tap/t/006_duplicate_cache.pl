@@ -1,0 +1,148 @@
+# The duplicate cache (src/pg/duplicate_cache.cpp) across the server's life:
+# a cache smaller than the working set evicts and still answers exactly; a
+# crash (kill -9 of a backend) and a clean restart both start with an empty
+# cache; DROP EXTENSION + CREATE EXTENSION makes a cached key new; with
+# pg_idem.cache_size = 0 nothing is ever answered from the cache; the size
+# is a postmaster setting.
+use strict;
+use warnings;
+use PostgreSQL::Test::Cluster;
+use PostgreSQL::Test::Utils;
+use Test::More;
+use IPC::Run;
+use List::Util;
+
+my $node = PostgreSQL::Test::Cluster->new('node');
+$node->init;
+$node->append_conf(
+	'postgresql.conf', q{
+shared_preload_libraries = 'pg_idem'
+# Two buckets of eight entries: far smaller than the keys below.
+pg_idem.cache_size = 16
+pg_idem.purge_databases = ''
+restart_after_crash = on
+});
+$node->start;
+
+sub sql
+{
+	my ($query) = @_;
+	return $node->safe_psql('postgres', $query);
+}
+
+# hits|misses of a scope.
+sub counts
+{
+	my ($scope) = @_;
+	return sql(
+		qq{SELECT coalesce(sum(cache_hits), 0) || '|' || coalesce(sum(cache_misses), 0)
+		   FROM idem_stats WHERE scope = '$scope'});
+}
+
+# How many of keys 1..n of a scope idem_try_insert calls new, one
+# transaction per call (as consumers do), in random order.
+sub new_keys
+{
+	my ($scope, $n) = @_;
+	my $script = '';
+	for my $i (List::Util::shuffle(1 .. $n))
+	{
+		$script .= "SELECT idem_try_insert('$scope', 'k$i');\n";
+	}
+	my $out = $node->safe_psql('postgres', $script);
+	return scalar grep { $_ eq 't' } split /\n/, $out;
+}
+
+sql('CREATE EXTENSION pg_idem');
+
+# ---------------------------------------------------------------------------
+note 'a cache smaller than the working set';
+
+is(new_keys('small', 200), 200, '200 new keys');
+for my $round (1 .. 3)
+{
+	is(new_keys('small', 200), 0, "round $round: all 200 are duplicates");
+}
+my ($hits, $misses) = split /\|/, counts('small');
+ok($hits > 0, "some duplicates came from the cache ($hits)");
+ok($misses > 200 + 200, "most did not: it holds 16 of 200 keys ($misses misses)");
+is($hits + $misses, 800, 'every call was a hit or a miss');
+sql(q{SELECT idem_forget('small', 'k' || i) FROM generate_series(1, 200, 2) i});
+is(new_keys('small', 200), 100, 'after forgetting half, exactly that half is new');
+is(new_keys('small', 200), 0, 'and then a duplicate again');
+
+# ---------------------------------------------------------------------------
+note 'a crash (kill -9 of a backend) empties the cache';
+
+# Fill: a claim, then a duplicate from the table, then one from the cache.
+sql(q{SELECT idem_try_insert('crash', 'k')});
+sql(q{SELECT idem_try_insert('crash', 'k')});
+sql(q{SELECT idem_try_insert('crash', 'k')});
+is(counts('crash'), '1|2', 'the third call was a hit');
+
+my $stdin = '';
+my $sleeper = IPC::Run::start(
+	[
+		'psql', '-X', '-qAt', '-d', $node->connstr('postgres'),
+		'-c', 'SELECT pg_sleep(300)'
+	],
+	'<', \$stdin, '>', \my $sleeper_out, '2>', \my $sleeper_err);
+ok( $node->poll_query_until(
+		'postgres',
+		q{SELECT count(*) = 1 FROM pg_stat_activity
+		  WHERE query = 'SELECT pg_sleep(300)'}),
+	'a backend to kill');
+my $pid = sql(
+	q{SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(300)'});
+my $offset = -s $node->logfile;
+kill 'KILL', $pid;
+$node->wait_for_log(qr/all server processes terminated; reinitializing/,
+	$offset);
+$sleeper->finish;
+ok($node->poll_query_until('postgres', 'SELECT true'),
+	'the server is back after crash recovery');
+is(sql(q{SELECT idem_try_insert('crash', 'k')}), 'f', 'still a duplicate');
+is(counts('crash'), '0|1', 'from the table: the cache started empty');
+is(sql(q{SELECT idem_try_insert('crash', 'k')}), 'f', 'a duplicate again');
+is(counts('crash'), '1|1', 'now from the cache');
+
+# ---------------------------------------------------------------------------
+note 'a clean restart empties the cache';
+
+$node->restart;
+is(sql(q{SELECT idem_try_insert('crash', 'k')}), 'f', 'a duplicate after the restart');
+is(counts('crash'), '1|2', 'from the table (the counters were kept, the cache was not)');
+
+# ---------------------------------------------------------------------------
+note 'DROP EXTENSION and CREATE EXTENSION';
+
+sql(q{SELECT idem_try_insert('again', 'k')});
+sql(q{SELECT idem_try_insert('again', 'k')});
+is(sql(q{SELECT idem_try_insert('again', 'k')}), 'f', 'cached');
+is(counts('again'), '1|2', 'a hit');
+sql('DROP EXTENSION pg_idem');
+sql('CREATE EXTENSION pg_idem');
+is(sql(q{SELECT idem_try_insert('again', 'k')}), 't', 'new in the new idem_records');
+
+# ---------------------------------------------------------------------------
+note 'the size is set at server start';
+
+sql('ALTER SYSTEM SET pg_idem.cache_size = 0');
+$node->reload;
+is(sql('SHOW pg_idem.cache_size'), '16', 'a reload does not change it');
+
+note 'pg_idem.cache_size = 0: the cache is off';
+$node->restart;
+is(sql('SHOW pg_idem.cache_size'), '0', 'off after the restart');
+sql(q{SELECT idem_try_insert('off', 'k')});
+for (1 .. 3)
+{
+	is(sql(q{SELECT idem_try_insert('off', 'k')}), 'f', 'a duplicate');
+}
+is(counts('off'), '0|0', 'never a hit, and no lookups counted');
+is(new_keys('off2', 20), 20, 'new keys are new');
+is(new_keys('off2', 20), 0, 'and then duplicates, all from the table');
+is(counts('off2'), '0|0', 'still no cache counts');
+
+$node->stop;
+done_testing();

@@ -70,7 +70,7 @@ $(EXTENSION)--$(EXTVERSION).sql: src/$(EXTENSION)--0.1.sql $(UPGRADES)
 # Unit tests of the pure C++ core (GoogleTest); no PostgreSQL involved.
 UNIT_TESTS = $(wildcard test/unit/*_test.cpp)
 CORE_SRCS = $(CORE_OBJS:.o=.cpp)
-test/unit/run_unit_tests: $(UNIT_TESTS) $(CORE_SRCS) $(wildcard src/core/*.hpp)
+test/unit/run_unit_tests: $(UNIT_TESTS) $(CORE_SRCS) $(wildcard src/core/*.hpp) $(wildcard test/unit/*.hpp)
 	$(CXX) $(IDEM_CXXFLAGS) -O1 -g -Isrc $(UNIT_SANITIZE) -o $@ $(UNIT_TESTS) $(CORE_SRCS) \
 		-lgtest -lgtest_main -pthread
 

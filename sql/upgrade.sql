@@ -3,7 +3,8 @@
 -- install; a database still on 0.1's SQL keeps working with the new
 -- library for what 0.1 had, and says what to do for the rest.
 
-CREATE TEMP TABLE fresh AS
+-- The extension's members, with their privileges and function properties.
+CREATE TEMP VIEW members AS
 SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS object,
        coalesce(p.prosecdef::text || ' ' || p.provolatile::text || ' ' || p.proparallel::text
                 || ' ' || coalesce(p.proacl::text, ''), c.relacl::text, '') AS properties
@@ -12,6 +13,7 @@ LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
 LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
 WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem');
+CREATE TEMP TABLE fresh AS SELECT * FROM members;
 SELECT count(*) AS members_of_a_new_install FROM fresh;
 
 DROP EXTENSION pg_idem;
@@ -30,15 +32,7 @@ SELECT idem_try_insert('upgrade', 'kept') AS still_a_duplicate;
 SELECT (idem_configure('upgrade', ttl => '1 hour')).scope AS configured;
 SELECT idem_advance('upgrade', 0, 1) AS streams_work;
 
-CREATE TEMP TABLE upgraded AS
-SELECT pg_describe_object(d.classid, d.objid, d.objsubid) AS object,
-       coalesce(p.prosecdef::text || ' ' || p.provolatile::text || ' ' || p.proparallel::text
-                || ' ' || coalesce(p.proacl::text, ''), c.relacl::text, '') AS properties
-FROM pg_depend d
-LEFT JOIN pg_proc p ON d.classid = 'pg_proc'::regclass AND p.oid = d.objid
-LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
-WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
-  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem');
+CREATE TEMP TABLE upgraded AS SELECT * FROM members;
 -- Both differences must be empty.
 (SELECT 'only in a new install' AS where_, * FROM fresh EXCEPT SELECT 'only in a new install', * FROM upgraded)
 UNION ALL

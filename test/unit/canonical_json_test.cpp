@@ -1,5 +1,7 @@
 #include "core/canonical_json.hpp"
 
+#include "sha256_hex.hpp"
+
 #include <gtest/gtest.h>
 
 #include <random>
@@ -373,21 +375,6 @@ TEST(CanonicalJson, DocumentAccess)
 	// A failed parse leaves the document empty.
 	EXPECT_FALSE(doc.parse("[", err));
 	EXPECT_TRUE(doc.empty());
-}
-
-std::string sha256_hex(const std::string &s)
-{
-	idem::Sha256 h;
-	h.update(s.data(), s.size());
-	uint8_t d[idem::Sha256::digest_size];
-	h.finish(d);
-	static const char digits[] = "0123456789abcdef";
-	std::string hex;
-	for (uint8_t b : d) {
-		hex += digits[b >> 4];
-		hex += digits[b & 15];
-	}
-	return hex;
 }
 
 std::string digest_of(const JsonDocument &doc, JsonDocument::Value v)

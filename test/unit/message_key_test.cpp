@@ -1,5 +1,7 @@
 #include "core/message_key.hpp"
 
+#include "sha256_hex.hpp"
+
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -124,21 +126,6 @@ KeyErrc key_error(std::string_view payload, std::vector<std::string_view> fields
 	KeyError err;
 	idem::message_key_hex(payload, fields, hex, err);
 	return err.code;
-}
-
-std::string sha256_hex(std::string_view s)
-{
-	idem::Sha256 h;
-	h.update(s.data(), s.size());
-	uint8_t d[idem::Sha256::digest_size];
-	h.finish(d);
-	static const char digits[] = "0123456789abcdef";
-	std::string hex;
-	for (uint8_t b : d) {
-		hex += digits[b >> 4];
-		hex += digits[b & 15];
-	}
-	return hex;
 }
 
 const char order[] = R"({"order":{"id":42,"lines":[{"sku":"x"},{"sku":"y"}]},"customer":"a",)"

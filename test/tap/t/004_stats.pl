@@ -9,7 +9,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
-use IPC::Run;
+use IdemTap qw(crash_a_backend);
 
 my $node = PostgreSQL::Test::Cluster->new('node');
 $node->init;
@@ -131,27 +131,7 @@ is( sql(
 # ---------------------------------------------------------------------------
 note 'a crash (kill -9 of a backend) resets the counters';
 
-my $stdin = '';
-my $sleeper = IPC::Run::start(
-	[
-		'psql', '-X', '-qAt', '-d', $node->connstr('postgres'),
-		'-c', 'SELECT pg_sleep(300)'
-	],
-	'<', \$stdin, '>', \my $sleeper_out, '2>', \my $sleeper_err);
-ok( $node->poll_query_until(
-		'postgres',
-		q{SELECT count(*) = 1 FROM pg_stat_activity
-		  WHERE query = 'SELECT pg_sleep(300)'}),
-	'a backend to kill');
-my $pid = sql(
-	q{SELECT pid FROM pg_stat_activity WHERE query = 'SELECT pg_sleep(300)'});
-my $offset = -s $node->logfile;
-kill 'KILL', $pid;
-$node->wait_for_log(qr/all server processes terminated; reinitializing/,
-	$offset);
-$sleeper->finish;
-ok($node->poll_query_until('postgres', 'SELECT true'),
-	'the server is back after crash recovery');
+crash_a_backend($node);
 is(sql('SELECT count(*) FROM idem_stats'), 0, 'the counters start at zero');
 ok(!-e $stats_file, 'and no stats file was written');
 claim('s1', 1);

@@ -381,15 +381,7 @@ std::string digest_of(const JsonDocument &doc, JsonDocument::Value v)
 {
 	idem::Sha256 h;
 	doc.hash_canonical(v, h);
-	uint8_t d[idem::Sha256::digest_size];
-	h.finish(d);
-	static const char digits[] = "0123456789abcdef";
-	std::string hex;
-	for (uint8_t b : d) {
-		hex += digits[b >> 4];
-		hex += digits[b & 15];
-	}
-	return hex;
+	return hex_digest(h);
 }
 
 // A random JSON value, printed in two spellings: `plain` with no whitespace,

@@ -1,4 +1,4 @@
-// The unit tests' reference digest: SHA-256 of a string, in lower-case hex.
+// The unit tests' reference digests: SHA-256 in lower-case hex.
 #pragma once
 
 #include "core/sha256.hpp"
@@ -7,10 +7,9 @@
 #include <string>
 #include <string_view>
 
-inline std::string sha256_hex(std::string_view s)
+// Finishes `h` and returns its digest in hex.
+inline std::string hex_digest(idem::Sha256 &h)
 {
-	idem::Sha256 h;
-	h.update(s.data(), s.size());
 	uint8_t d[idem::Sha256::digest_size];
 	h.finish(d);
 	static const char digits[] = "0123456789abcdef";
@@ -20,4 +19,11 @@ inline std::string sha256_hex(std::string_view s)
 		hex += digits[b & 15];
 	}
 	return hex;
+}
+
+inline std::string sha256_hex(std::string_view s)
+{
+	idem::Sha256 h;
+	h.update(s.data(), s.size());
+	return hex_digest(h);
 }

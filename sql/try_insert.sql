@@ -87,6 +87,10 @@ SELECT idem_try_insert('bad', 'k', '0 seconds');
 \echo :LAST_ERROR_SQLSTATE
 SELECT idem_try_insert('bad', 'k', interval '1 day' - interval '2 days');
 \echo :LAST_ERROR_SQLSTATE
+-- Positive from some dates only (-1 day from February 1): refused, so that a
+-- record is never born expired, whatever the date.
+SELECT idem_try_insert('bad', 'k', '1 month -30 days');
+\echo :LAST_ERROR_SQLSTATE
 BEGIN READ ONLY;
 SELECT idem_try_insert('bad', 'read-only');
 \echo :LAST_ERROR_SQLSTATE

@@ -157,15 +157,18 @@ ScopeSettings scope_settings(text *scope)
 
 void check_positive_interval(const char *fn, const char *what, Interval *interval)
 {
-	TimestampTz epoch = 0;
-	TimestampTz later = DatumGetTimestampTz(DirectFunctionCall2(
-	    timestamptz_pl_interval, TimestampTzGetDatum(epoch), IntervalPGetDatum(interval)));
-	if (later <= epoch)
+	// Positive on every date: a mixed interval such as '1 month -30 days'
+	// is positive from some dates and not from others (it is -1 day from
+	// February 1), and a record must never be born expired.
+	bool positive = interval->month >= 0 && interval->day >= 0 && interval->time >= 0 &&
+			(interval->month > 0 || interval->day > 0 || interval->time > 0);
+	if (!positive)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			errmsg("%s: %s must be positive", fn, what),
 			errdetail("The %s given was %s.", what,
 				  DatumGetCString(
-				      DirectFunctionCall1(interval_out, IntervalPGetDatum(interval)))));
+				      DirectFunctionCall1(interval_out, IntervalPGetDatum(interval)))),
+			errhint("Its months, days and time must each be zero or more."));
 }
 
 TimestampTz record_expiry(const char *fn, TimestampTz now, Interval *call_ttl,

@@ -12,9 +12,10 @@
 // never blocks a consumer, two purges never count a row twice, and a row
 // costs one WAL record (its delete) instead of two (a row lock, then the
 // delete). A consumer that meets a record in a batch being deleted waits for
-// that batch's commit, then finds the key free. idem_records has no
-// triggers or rules of ours to bypass; the heap delete keeps TOAST, the
-// statistics and logical decoding right.
+// that batch's commit, then finds the key free. The heap delete keeps
+// TOAST, the table statistics and logical decoding right, but fires no
+// trigger: what idem_records' trigger (idem_records_changed) would do, drop
+// the key from the duplicate cache, is done here for each deleted row.
 extern "C" {
 #include "postgres.h"
 

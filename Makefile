@@ -26,6 +26,7 @@ OBJS = $(CORE_OBJS) \
 	src/pg/purge_status.o \
 	src/pg/purge_worker.o \
 	src/pg/purge_vacuum.o \
+	src/pg/purge_yield.o \
 	src/pg/stats.o \
 	src/pg/duplicate_cache.o \
 	src/pg/plan_cache.o \

@@ -65,6 +65,7 @@ int purge_batch_size = 1000;
 int purge_rate_limit = 0;
 bool purge_reconcile = true;
 bool purge_vacuum = true;
+bool purge_yield = true;
 int stats_max_scopes = 1000;
 int cache_size = 0;
 }
@@ -114,6 +115,10 @@ extern "C" void _PG_init(void)
 	DefineCustomBoolVariable("pg_idem.purge_reconcile",
 				 "Whether each purge round also reconciles expired leases.", NULL,
 				 &idem::purge_reconcile, true, PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomBoolVariable("pg_idem.purge_yield",
+				 "Whether the purge worker pauses between batches while durable "
+				 "commits wait for the write-ahead log.",
+				 NULL, &idem::purge_yield, true, PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomBoolVariable("pg_idem.purge_vacuum",
 				 "Whether the purge worker vacuums idem_records itself when a round "
 				 "leaves it due, without waiting for autovacuum's next visit.",

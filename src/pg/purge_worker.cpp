@@ -3,12 +3,15 @@
 // shared_preload_libraries (modelled on worker_spi and pg_cron).
 //
 // Each round deletes expired records in batches of pg_idem.purge_batch_size,
-// each batch its own transaction (purge.cpp: row locks only, SKIP LOCKED),
-// sleeping between batches as pg_idem.purge_rate_limit requires; then, if
+// each batch its own transaction (purge.cpp: it deletes only rows nobody
+// holds, and never waits),
+// sleeping between batches as pg_idem.purge_rate_limit requires, and
+// pausing while durable commits wait for the WAL (purge_yield.cpp); then, if
 // pg_idem.purge_reconcile is on, reconciles a batch of expired leases. It
 // naps pg_idem.purge_naptime between rounds on its latch. After a round it
 // vacuums idem_records itself when autovacuum's own test says it is due
-// (purge_vacuum.cpp). Its commits are asynchronous (see below).
+// (purge_vacuum.cpp). Its commits are asynchronous and its full-page images
+// compressed (see below).
 //
 // As a PostgreSQL process: SIGHUP reloads the settings; SIGTERM ends it at
 // the next interrupt check, also inside a batch (the batch rolls back), and
@@ -46,6 +49,7 @@ PGDLLEXPORT void idem_purge_worker_main(Datum arg);
 #include "pg/purge_status.hpp"
 #include "pg/purge_vacuum.hpp"
 #include "pg/purge_worker.hpp"
+#include "pg/purge_yield.hpp"
 #include "pg/settings.hpp"
 
 #include <cstring>
@@ -104,6 +108,7 @@ template <typename Step> bool in_transaction(const char *activity, Step step)
 bool purge_round(PurgeRound &round)
 {
 	TimestampTz started = GetCurrentTimestamp();
+	WalShare share = {0, 0, 0};
 	for (;;) {
 		int batch = purge_batch_size;
 		int64 purged = 0;
@@ -115,6 +120,12 @@ bool purge_round(PurgeRound &round)
 			break;
 		// Rate limit: this batch may take purged / rate seconds.
 		nap(purge_rate_limit > 0 ? long(purged * 1000 / purge_rate_limit) : 0);
+		long pause = purge_yield ? yield_pause_ms(&share) : 0;
+		if (pause > 0) {
+			elog(DEBUG1, "pg_idem purge: pausing %ld ms, commits are waiting for the WAL",
+			     pause);
+			nap(pause);
+		}
 	}
 	if (purge_reconcile)
 		in_transaction("pg_idem purge: reconciling expired leases",
@@ -184,6 +195,22 @@ void register_purge_workers()
 	}
 }
 
+// A purge dirties pages written long ago, so most of its WAL is full-page
+// images (the first change to a page after a checkpoint logs the whole
+// page, for some 45 records). Every durable commit of a consumer waits for
+// that volume to be flushed too. Compressing the worker's own images cuts
+// it; the consumers' WAL is left as the server has it. The server's
+// wal_compression, where postgresql.conf sets one, still wins (this is only
+// a default).
+void compress_own_wal()
+{
+	static const char *const methods[] = {"lz4", "pglz"};
+	for (const char *method : methods)
+		if (set_config_option("wal_compression", method, PGC_SUSET, PGC_S_DYNAMIC_DEFAULT,
+				      GUC_ACTION_SET, true, DEBUG1, false) > 0)
+			return;
+}
+
 } // namespace idem
 
 extern "C" void idem_purge_worker_main(Datum)
@@ -200,6 +227,7 @@ extern "C" void idem_purge_worker_main(Datum)
 	// worker's commits need not wait for their WAL flush, and on a
 	// commit-bound server they no longer queue with the consumers' commits.
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	idem::compress_own_wal();
 	pgstat_report_appname("pg_idem purge");
 	idem::purge_status_attach(MyDatabaseId, MyProcPid);
 	before_shmem_exit(idem::detach_status, 0);

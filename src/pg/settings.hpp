@@ -21,6 +21,7 @@ extern int purge_batch_size;   // pg_idem.purge_batch_size
 extern int purge_rate_limit;   // pg_idem.purge_rate_limit, rows per second, 0: none
 extern bool purge_reconcile;   // pg_idem.purge_reconcile
 extern bool purge_vacuum;      // pg_idem.purge_vacuum
+extern bool purge_yield;       // pg_idem.purge_yield
 
 // pg_idem.stats_max_scopes: scopes idem_stats counts on their own (stats.cpp).
 extern int stats_max_scopes;

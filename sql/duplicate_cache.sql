@@ -62,6 +62,8 @@ SELECT idem_try_insert('cache-c', 'k') AS after_expiry;
 -- changes the record, and the next duplicate comes from the table again.
 SELECT status FROM idem_begin('cache-d', 'k');
 SELECT idem_try_insert('cache-d', 'k') AS fill, idem_try_insert('cache-d', 'k') AS hit;
+-- idem_begin answers only completed records from the cache.
+SELECT status, attempt FROM idem_begin('cache-d', 'k');
 SELECT idem_complete('cache-d', 'k', 1);
 SELECT idem_try_insert('cache-d', 'k') AS refill, idem_try_insert('cache-d', 'k') AS hit;
 SELECT * FROM cache_counts WHERE scope = 'cache-d';
@@ -104,6 +106,12 @@ SELECT idem_try_insert('cache-g', 'k') AS new_key;
 SELECT idem_try_insert('cache-g', 'k') AS fill;
 SELECT * FROM idem_begin('cache-g', 'k');
 SELECT idem_try_insert('cache-f', 'k') AS dup_of_begin_entry;
+-- Only a completed record: a failed one (here without a last error, by an
+-- operator's UPDATE) is claimed again, not answered from its entry.
+SELECT idem_try_insert('cache-g', 'failed') AS new_key;
+UPDATE idem_records SET status = 'failed' WHERE scope = 'cache-g' AND key = 'failed';
+SELECT idem_try_insert('cache-g', 'failed') AS fill;
+SELECT status, attempt FROM idem_begin('cache-g', 'failed');
 SELECT * FROM cache_counts WHERE scope IN ('cache-f', 'cache-g') ORDER BY scope;
 
 -- A result larger than pg_idem.cache_result_size is not kept: idem_begin

@@ -297,8 +297,8 @@ Replay replay_of(const CacheableRecord &record)
 	if (record.fingerprint != NULL) {
 		r.has_fingerprint = true;
 		// A stored fingerprint that is not a valid one (plain SQL wrote
-		// it) would compare unequal to every call's as text; bytes cannot
-		// say that, so the entry only serves idem_try_insert.
+		// it) differs, as text, from every call's; 32 bytes cannot say
+		// that, so the entry only serves idem_try_insert.
 		if (!fingerprint_bytes(VARDATA_ANY(record.fingerprint),
 				       VARSIZE_ANY_EXHDR(record.fingerprint), r.fingerprint))
 			r.replayable = false;

@@ -1,6 +1,8 @@
 -- The duplicate cache (pg_idem.cache_size): idem_try_insert answers a
--- recent duplicate without reading idem_records, and every change to a
--- record makes the next answer come from the table again. The answers must
+-- recent duplicate, and idem_begin a recent completed claim (with its
+-- result, when it fits pg_idem.cache_result_size, 256 bytes here), without
+-- reading idem_records, and every change to a record makes the next answer
+-- come from the table again. The answers must
 -- be the same with the cache and without; only the counters differ.
 -- expected/duplicate_cache.out is a server with pg_idem preloaded and
 -- pg_idem.cache_size > 0 (scripts/test), duplicate_cache_1.out one without
@@ -60,6 +62,8 @@ SELECT idem_try_insert('cache-c', 'k') AS after_expiry;
 -- changes the record, and the next duplicate comes from the table again.
 SELECT status FROM idem_begin('cache-d', 'k');
 SELECT idem_try_insert('cache-d', 'k') AS fill, idem_try_insert('cache-d', 'k') AS hit;
+-- idem_begin answers only completed records from the cache.
+SELECT status, attempt FROM idem_begin('cache-d', 'k');
 SELECT idem_complete('cache-d', 'k', 1);
 SELECT idem_try_insert('cache-d', 'k') AS refill, idem_try_insert('cache-d', 'k') AS hit;
 SELECT * FROM cache_counts WHERE scope = 'cache-d';
@@ -77,8 +81,122 @@ SELECT idem_try_insert('cache-e', repeat('x', 100)) AS new_key,
        idem_try_insert('cache-e', repeat('x', 100)) AS dup_again;
 SELECT * FROM cache_counts WHERE scope = 'cache-e';
 
+-- idem_begin: a completed claim is answered from the cache, with its
+-- result, exactly as the table answers it. The first completed answer comes
+-- from the table (and fills the cache), the next ones from the cache.
+SELECT status, attempt FROM idem_begin('cache-f', 'k');
+SELECT idem_fail('cache-f', 'k', 1, 'timeout', retryable => true);
+SELECT status, attempt FROM idem_begin('cache-f', 'k');
+SELECT idem_complete('cache-f', 'k', 2, '{"order": 42, "items": [1, 2, 3], "note": "ok"}');
+CREATE TEMP TABLE answers AS SELECT 'table' AS source, * FROM idem_begin('cache-f', 'k');
+INSERT INTO answers SELECT 'cache', * FROM idem_begin('cache-f', 'k');
+INSERT INTO answers SELECT 'cache again', * FROM idem_begin('cache-f', 'k');
+SELECT * FROM answers;
+SELECT count(DISTINCT (status, attempt, result, lease_expires_at, last_error)) AS distinct_answers
+FROM answers;
+SELECT * FROM cache_counts WHERE scope = 'cache-f';
+-- A NULL result too; and an entry made by idem_try_insert's duplicate
+-- answers idem_begin (a completed record, attempt 1, no result), and one
+-- made by idem_begin answers idem_try_insert.
+SELECT status FROM idem_begin('cache-f', 'null');
+SELECT idem_complete('cache-f', 'null', 1);
+SELECT status, attempt, result IS NULL AS no_result FROM idem_begin('cache-f', 'null');
+SELECT status, attempt, result IS NULL AS no_result FROM idem_begin('cache-f', 'null');
+SELECT idem_try_insert('cache-g', 'k') AS new_key;
+SELECT idem_try_insert('cache-g', 'k') AS fill;
+SELECT * FROM idem_begin('cache-g', 'k');
+SELECT idem_try_insert('cache-f', 'k') AS dup_of_begin_entry;
+-- Only a completed record: a failed one (here without a last error, by an
+-- operator's UPDATE) is claimed again, not answered from its entry.
+SELECT idem_try_insert('cache-g', 'failed') AS new_key;
+UPDATE idem_records SET status = 'failed' WHERE scope = 'cache-g' AND key = 'failed';
+SELECT idem_try_insert('cache-g', 'failed') AS fill;
+SELECT status, attempt FROM idem_begin('cache-g', 'failed');
+SELECT * FROM cache_counts WHERE scope IN ('cache-f', 'cache-g') ORDER BY scope;
+
+-- A result larger than pg_idem.cache_result_size is not kept: idem_begin
+-- reads it from the table every time (misses), idem_try_insert still hits.
+SELECT status FROM idem_begin('cache-h', 'big');
+SELECT idem_complete('cache-h', 'big', 1, jsonb_build_object('blob', repeat('x', 300)));
+SELECT status, attempt, length(result ->> 'blob') AS blob FROM idem_begin('cache-h', 'big');
+SELECT status, attempt, length(result ->> 'blob') AS blob FROM idem_begin('cache-h', 'big');
+SELECT idem_try_insert('cache-h', 'big') AS dup;
+SELECT * FROM cache_counts WHERE scope = 'cache-h';
+
+-- Fingerprints. The same payload (or a call without a fingerprint) is
+-- answered from the cache; a different one misses, and the table raises
+-- the mismatch (22023), or answers it by the scope's setting.
+SELECT status FROM idem_begin('cache-i', 'k', fingerprint => repeat('a', 64));
+SELECT idem_complete('cache-i', 'k', 1, '"done"');
+SELECT status, result FROM idem_begin('cache-i', 'k', fingerprint => repeat('a', 64));
+SELECT status, result FROM idem_begin('cache-i', 'k', fingerprint => repeat('a', 64));
+SELECT status, result FROM idem_begin('cache-i', 'k');
+SELECT status, result FROM idem_begin('cache-i', 'k', fingerprint => repeat('b', 64));
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM cache_counts WHERE scope = 'cache-i';
+SELECT scope FROM idem_configure('cache-j', on_fingerprint_mismatch => 'status');
+SELECT status FROM idem_begin('cache-j', 'k', fingerprint => repeat('a', 64));
+SELECT idem_complete('cache-j', 'k', 1, '"done"');
+SELECT status, result FROM idem_begin('cache-j', 'k', fingerprint => repeat('a', 64));
+SELECT status, result FROM idem_begin('cache-j', 'k', fingerprint => repeat('a', 64));
+SELECT * FROM idem_begin('cache-j', 'k', fingerprint => repeat('b', 64));
+-- A fingerprint that is not one (an operator's UPDATE) differs, as text,
+-- from every valid one: never answered from the cache.
+UPDATE idem_records SET fingerprint = upper(fingerprint) WHERE scope = 'cache-j';
+SELECT status FROM idem_begin('cache-j', 'k');
+SELECT status FROM idem_begin('cache-j', 'k', fingerprint => repeat('a', 64));
+SELECT status FROM idem_begin('cache-j', 'k', fingerprint => repeat('a', 64));
+SELECT * FROM cache_counts WHERE scope = 'cache-j';
+
+-- What idem_begin returns besides status, attempt and result must match
+-- too: a completed record that keeps a last error (reconciled after a
+-- failure) or a lease (an operator's UPDATE) is always read from the table.
+CREATE FUNCTION cache_effect_happened(scope text, key text) RETURNS boolean
+LANGUAGE sql AS $$ SELECT true $$;
+SELECT scope FROM idem_configure('cache-k', reconcile_function => 'cache_effect_happened(text,text)');
+SELECT status FROM idem_begin('cache-k', 'k');
+SELECT idem_fail('cache-k', 'k', 1, 'boom', retryable => true);
+SELECT status, attempt FROM idem_begin('cache-k', 'k', lease => '1 microsecond');
+SELECT * FROM idem_reconcile('cache-k');
+SELECT status, attempt, result, lease_expires_at, last_error FROM idem_begin('cache-k', 'k');
+SELECT status, attempt, result, lease_expires_at, last_error FROM idem_begin('cache-k', 'k');
+SELECT status FROM idem_begin('cache-k', 'lease');
+SELECT idem_complete('cache-k', 'lease', 1);
+UPDATE idem_records SET lease_expires_at = 'infinity' WHERE scope = 'cache-k' AND key = 'lease';
+SELECT status, attempt, lease_expires_at FROM idem_begin('cache-k', 'lease');
+SELECT status, attempt, lease_expires_at FROM idem_begin('cache-k', 'lease');
+SELECT * FROM cache_counts WHERE scope = 'cache-k';
+
+-- Expiry: idem_begin compares with the wall clock; an expired record is
+-- claimed anew (attempt 2), never answered from the cache.
+SELECT scope FROM idem_configure('cache-l', ttl => '200 milliseconds');
+SELECT status FROM idem_begin('cache-l', 'k');
+SELECT idem_complete('cache-l', 'k', 1, '1');
+SELECT status, attempt, result FROM idem_begin('cache-l', 'k');
+SELECT status, attempt, result FROM idem_begin('cache-l', 'k');
+SELECT pg_sleep(0.3);
+SELECT status, attempt, result FROM idem_begin('cache-l', 'k');
+SELECT * FROM cache_counts WHERE scope = 'cache-l';
+
+-- idem_forget and idem_complete after a takeover change the record: the
+-- next answer comes from the table.
+SELECT idem_forget('cache-f', 'k');
+SELECT status, attempt FROM idem_begin('cache-f', 'k');
+SELECT idem_complete('cache-f', 'k', 1, '"again"');
+SELECT status, attempt, result FROM idem_begin('cache-f', 'k');
+SELECT status, attempt, result FROM idem_begin('cache-f', 'k');
+
+-- REPEATABLE READ: idem_begin neither asks the cache nor counts.
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT status, attempt, result FROM idem_begin('cache-f', 'k');
+COMMIT;
+SELECT * FROM cache_counts WHERE scope = 'cache-f';
+
 SELECT * FROM cache_counts ORDER BY scope;
 
 DROP VIEW cache_counts;
+DROP TABLE answers;
 DELETE FROM idem_records;
+DELETE FROM idem_scopes WHERE scope LIKE 'cache-%';
+DROP FUNCTION cache_effect_happened(text, text);
 SELECT idem_stats_reset();

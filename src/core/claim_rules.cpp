@@ -61,4 +61,14 @@ bool valid_fingerprint(const char *text, size_t len) noexcept
 	return true;
 }
 
+bool fingerprint_bytes(const char *text, size_t len, uint8_t *out) noexcept
+{
+	if (!valid_fingerprint(text, len))
+		return false;
+	auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
+	for (size_t i = 0; i < fingerprint_bytes_length; i++)
+		out[i] = uint8_t(nibble(text[2 * i]) << 4 | nibble(text[2 * i + 1]));
+	return true;
+}
+
 } // namespace idem

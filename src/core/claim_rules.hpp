@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 namespace idem {
 
@@ -57,5 +58,11 @@ RecordState decide_failure(int attempts, int attempt_base, int max_attempts,
 // A payload fingerprint is a hex-encoded SHA-256: 64 lowercase hex digits.
 constexpr size_t fingerprint_length = 64;
 bool valid_fingerprint(const char *text, size_t len) noexcept;
+
+// The 32 bytes a valid fingerprint encodes; false (and `out` untouched) when
+// the text is not a valid fingerprint. On valid ones this is a bijection, so
+// two fingerprints are equal as text exactly when their bytes are.
+constexpr size_t fingerprint_bytes_length = fingerprint_length / 2;
+bool fingerprint_bytes(const char *text, size_t len, uint8_t *out) noexcept;
 
 } // namespace idem

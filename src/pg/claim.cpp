@@ -22,6 +22,14 @@
 //
 // Leases and waits use the wall clock (clock_timestamp), not the transaction
 // start: a lease is about real time passing.
+//
+// Duplicate cache (duplicate_cache.cpp, when on and in READ COMMITTED):
+// idem_begin first asks it for a completed record, live at its `now`, whose
+// result was kept and whose fingerprint does not differ from the call's,
+// and answers 'completed' from it as decide_and_write would. When
+// decide_and_write reports a completed record, it offers the record to the
+// cache while it still holds the row lock (records_offer_to_cache), having
+// read the cache's invalidation counter before its read.
 extern "C" {
 #include "postgres.h"
 
@@ -322,6 +330,9 @@ struct Claim {
 Claim decide_and_write(const BeginArgs &args)
 {
 	for (int round = 0; round < 100; round++) {
+		// Read before the record, so that a change between that read and
+		// the cache's insertion of what it found is seen (duplicate_cache.cpp).
+		uint64 generation = idem::cache_generation();
 		TimestampTz now = GetCurrentTimestamp();
 		Record r = read_record(args.ref, true);
 		idem::ClaimView view = view_of(r, args, now);
@@ -343,6 +354,9 @@ Claim decide_and_write(const BeginArgs &args)
 			c.status = "in_progress";
 			return c;
 		case idem::ClaimAction::report_completed:
+			// Still holding the row lock: the next call can be answered
+			// from the cache.
+			idem::records_offer_to_cache(args.ref, now, generation);
 			c.status = "completed";
 			return c;
 		case idem::ClaimAction::mark_dead:
@@ -398,10 +412,12 @@ void wait_for_holder(const BeginArgs &args)
 }
 
 // What an answer of idem_begin adds to idem_stats.
-void count_claim(const text *scope, const Claim &c)
+void count_claim(const text *scope, const Claim &c, idem::CacheAnswer cache)
 {
 	idem::StatsDelta delta;
 	memset(&delta, 0, sizeof delta);
+	delta.n[idem::stat_cache_hits] = cache == idem::CacheAnswer::hit ? 1 : 0;
+	delta.n[idem::stat_cache_misses] = cache == idem::CacheAnswer::miss ? 1 : 0;
 	if (strcmp(c.status, "acquired") == 0) {
 		delta.n[idem::stat_claims] = 1;
 		delta.n[idem::stat_takeovers] = c.took_over ? 1 : 0;
@@ -503,9 +519,6 @@ IDEM_SQL_FUNCTION(idem_begin)
 	    PG_ARGISNULL(5) ? args.settings.takeover_on_disconnect : PG_GETARG_BOOL(5);
 	args.mismatch_is_error = args.settings.mismatch_is_error;
 
-	// The common case, a key seen for the first time, is one insertion
-	// below SQL (with ON CONFLICT DO NOTHING's semantics); anything else is
-	// decided under the record's row lock.
 	TimestampTz now = GetCurrentTimestamp();
 	const idem::ExtensionObjects &objects = idem::extension_objects();
 	idem::NewRecord claim = {objects.status_in_progress,
@@ -515,9 +528,24 @@ IDEM_SQL_FUNCTION(idem_begin)
 				 MyProcPid,
 				 MyStartTimestamp,
 				 args.fingerprint};
+	// A recent completed record may be answered from the duplicate cache,
+	// exactly as decide_and_write would answer it at `now`.
+	idem::CacheAnswer cache = idem::CacheAnswer::unused;
+	if (idem::cache_usable()) {
+		idem::CachedCompletion done;
+		if (idem::cache_lookup_completed(objects, args.ref, now, args.fingerprint, &done)) {
+			Claim c = {"completed", done.attempts, done.result, 0, NULL};
+			count_claim(args.ref.scope, c, idem::CacheAnswer::hit);
+			return claim_datum(fcinfo, c);
+		}
+		cache = idem::CacheAnswer::miss;
+	}
+	// The common case, a key seen for the first time, is one insertion
+	// below SQL (with ON CONFLICT DO NOTHING's semantics); anything else is
+	// decided under the record's row lock.
 	if (idem::records_insert(args.ref, claim)) {
 		Claim c = {"acquired", 1, 0, claim.lease_expires_at, NULL};
-		count_claim(args.ref.scope, c);
+		count_claim(args.ref.scope, c, cache);
 		return claim_datum(fcinfo, c);
 	}
 
@@ -535,7 +563,7 @@ IDEM_SQL_FUNCTION(idem_begin)
 		c.last_error = reinterpret_cast<text *>(
 		    DatumGetPointer(SPI_datumTransfer(PointerGetDatum(c.last_error), false, -1)));
 	SPI_finish();
-	count_claim(args.ref.scope, c);
+	count_claim(args.ref.scope, c, cache);
 	return claim_datum(fcinfo, c);
 }
 

@@ -6,23 +6,47 @@
 //
 // What an entry says. "Key id K of database D had, in idem_records (relation
 // OID R, relfilenode F), a committed record that no transaction was changing,
-// live until E." It is made only from a duplicate answer of the table path
-// (records.cpp), and only when
+// live until E, with status S and attempts A", and, when the record was
+// replayable, "with fingerprint P (or none) and result J (or NULL)". All of
+// it is read from the record's tuple itself (records.cpp), never from what
+// a caller meant to write. It is made from a record the table path found:
+// a duplicate of idem_try_insert, or a 'completed' answer of idem_begin
+// (records_offer_to_cache), and only when
 //   - the record's tuple was inserted by a committed transaction other than
 //     ours (not in progress, not prepared),
-//   - its xmax is invalid, aborted, or a lock-only xmax whose locker has
-//     ended (a lock changes nothing); a deleter or updater, even in progress
-//     or prepared, refuses it, and so does any multixact,
+//   - its xmax is invalid, aborted, a lock-only xmax whose locker has ended
+//     (a lock changes nothing), or a lock-only xmax of our own transaction
+//     (idem_begin's SELECT ... FOR UPDATE): while we hold that lock nobody
+//     else can change or delete the row, so it is the latest committed
+//     version; whoever changes it after our transaction ends invalidates
+//     after that change, and our own later changes (idem_forget, a plain
+//     UPDATE through the trigger, ...) invalidate too. A deleter or
+//     updater, even in progress or prepared, refuses it, and so does any
+//     multixact,
 //   - the key id is exact (record_key.hpp's short form): a SHA-256 id is
 //     never cached, so a collision still reaches the table's scope and key
 //     comparison and raises its error,
 //   - the database's invalidation counter, read before the table lookup, is
 //     unchanged when the entry is inserted (checked under the EXCLUSIVE lock).
+// A record is replayable (idem_begin may answer from its entry) when it is
+// completed, has neither a lease nor a last error (idem_begin returns both
+// columns; idem_complete clears them, but a reconciled record keeps its last
+// error), its fingerprint is none or a valid one (kept as its 32 bytes: on
+// valid fingerprints that is the table's text comparison), and its result
+// is NULL or, detoasted, at most pg_idem.cache_result_size bytes (kept as
+// those bytes, so the answer is the same jsonb the table would give).
+//
 // A lookup answers only if the database, the relation OID and relfilenode
 // (DROP/CREATE EXTENSION, TRUNCATE change them; the relation is opened with
 // the table path's own lock, which also reads pending invalidations) and
-// the full key id match, and the transaction start is before E: then the
-// table path would have found the same live record.
+// the full key id match, and `now` is before E: then the table path would
+// have found the same live record. idem_try_insert's lookup takes any such
+// entry as a duplicate. idem_begin's takes only a replayable one whose
+// status is completed and whose fingerprint does not differ from the
+// call's (both present and unequal: a miss, and the table path answers the
+// mismatch by the scope's setting); it answers 'completed' with A, J, and
+// no lease or last error, which is what decide_and_write (claim.cpp) would
+// answer for that record at `now`.
 //
 // Invalidation. Every C path that changes or deletes a record (idem_forget,
 // idem_retry, takeovers in idem_try_insert and idem_begin, idem_begin's
@@ -31,27 +55,32 @@
 // key's entry and bumps the counter. A populate that read the table before
 // the modification sees the bump and refuses; one whose entry got in before
 // is removed; one that reads after it sees the xmax (or, after the modifier
-// commits, the new version, which is then the truth). A prepared
-// transaction's change leaves its xmax in the tuple, so nothing is cached
-// until it resolves. Plain SQL DML on idem_records bypasses this (README).
+// commits, the new version, which is then the truth; idem_begin's locking
+// read waits for that commit). A prepared transaction's change leaves its
+// xmax in the tuple, so nothing is cached until it resolves. Plain SQL DML
+// on idem_records goes through the row trigger below (README).
 //
 // The table. cache_size entries rounded up to whole buckets of `ways`
 // entries (set associative): a key lives only in bucket hash % buckets, so
 // a lookup compares at most `ways` entries, and insertion replaces an empty
 // entry, else an expired one, else the first without its reference bit
-// (clearing bits as it goes: a clock within the bucket). Nothing is
-// allocated after start. Shared memory is rebuilt after a crash, so the
-// cache starts empty after any restart.
+// (clearing bits as it goes: a clock within the bucket). An entry is an
+// Entry followed by room for a result of cache_result_size bytes, so the
+// entries are entry_size apart. Nothing is allocated after start. Shared
+// memory is rebuilt after a crash, so the cache starts empty after any
+// restart.
 //
 // Locking: shared->lock (tranche "pg_idem duplicate cache") SHARED for
 // lookups, EXCLUSIVE for insertion, removal and eviction. An entry's
 // fields change only under EXCLUSIVE; the reference bit is an atomic set
 // under SHARED. The counters are atomics, bumped under EXCLUSIVE, read
 // without the lock before a table lookup (followed by a barrier) and again
-// under EXCLUSIVE before an insertion.
+// under EXCLUSIVE before an insertion. Nothing that can raise an error
+// (detoasting, palloc) runs under the lock.
 extern "C" {
 #include "postgres.h"
 
+#include "access/detoast.h"
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "access/transam.h"
@@ -59,6 +88,7 @@ extern "C" {
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/tuptable.h"
+#include "fmgr.h"
 #include "miscadmin.h"
 #include "port/atomics.h"
 #include "storage/lwlock.h"
@@ -67,6 +97,7 @@ extern "C" {
 #include "utils/rel.h"
 }
 
+#include "core/claim_rules.hpp"
 #include "core/record_key.hpp"
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
@@ -89,34 +120,51 @@ constexpr int generations = 64;
 struct Entry {
 	bool used;
 	uint8 id_len;
+	bool replayable;      // idem_begin may answer from it (file header)
+	bool has_fingerprint; // then `fingerprint` holds its bytes
 	Oid dbid;
 	Oid relid;
 	Oid relfilenode;
 	Oid status;
+	int32 attempts;
+	uint32 result_len; // bytes of the kept result after the entry; 0: NULL
 	uint64 hash;
 	TimestampTz expires_at;
 	pg_atomic_uint32 referenced;
 	uint8 id[max_key_id_bytes];
+	uint8 fingerprint[fingerprint_bytes_length];
+	// Followed by the room for a result: entry_size in all.
 };
 
 struct SharedCache {
 	LWLock *lock;
 	int buckets;
+	Size entry_size;
+	Size result_size; // pg_idem.cache_result_size, as the table was built
 	pg_atomic_uint64 generation[generations];
-	Entry entries[FLEXIBLE_ARRAY_MEMBER];
+	char entries[FLEXIBLE_ARRAY_MEMBER];
 };
 
 SharedCache *shared = NULL;
 
 int bucket_count() { return (cache_size + ways - 1) / ways; }
 
+Size entry_size() { return MAXALIGN(sizeof(Entry) + Size(cache_result_size)); }
+
 Size shared_size()
 {
-	return add_size(offsetof(SharedCache, entries),
-			mul_size(mul_size(bucket_count(), ways), sizeof(Entry)));
+	return add_size(MAXALIGN(offsetof(SharedCache, entries)),
+			mul_size(mul_size(bucket_count(), ways), entry_size()));
 }
 
 pg_atomic_uint64 *generation_of(Oid dbid) { return &shared->generation[dbid % generations]; }
+
+Entry *entry_at(Size i)
+{
+	return reinterpret_cast<Entry *>(shared->entries + i * shared->entry_size);
+}
+
+char *result_of(Entry *e) { return reinterpret_cast<char *>(e) + sizeof(Entry); }
 
 // Cacheable ids are exact: the short form, tag 0.
 bool exact_id(const bytea *id)
@@ -130,7 +178,11 @@ uint64 hash_id(const bytea *id)
 				   int(VARSIZE_ANY_EXHDR(id)), 0);
 }
 
-Entry *bucket_of(uint64 hash) { return &shared->entries[(hash % uint64(shared->buckets)) * ways]; }
+// The i-th entry (0 <= i < ways) of the bucket of `hash`.
+Entry *in_bucket(uint64 hash, int i)
+{
+	return entry_at((hash % uint64(shared->buckets)) * ways + Size(i));
+}
 
 bool same_key(const Entry *e, Oid dbid, uint64 hash, const bytea *id)
 {
@@ -142,10 +194,11 @@ bool same_key(const Entry *e, Oid dbid, uint64 hash, const bytea *id)
 // Under EXCLUSIVE: drops the entry of (dbid, id), if any.
 void remove_locked(Oid dbid, uint64 hash, const bytea *id)
 {
-	Entry *bucket = bucket_of(hash);
-	for (int i = 0; i < ways; i++)
-		if (same_key(&bucket[i], dbid, hash, id))
-			bucket[i].used = false;
+	for (int i = 0; i < ways; i++) {
+		Entry *e = in_bucket(hash, i);
+		if (same_key(e, dbid, hash, id))
+			e->used = false;
+	}
 }
 
 // Whether a transaction id has ended and is not ours (prepared transactions
@@ -169,10 +222,94 @@ bool settled(HeapTupleHeader h)
 		return true;
 	if (mask & HEAP_XMAX_IS_MULTI)
 		return false;
+	// Our own row lock (idem_begin's FOR UPDATE): the row cannot change
+	// under us, and any later change invalidates.
+	if (HEAP_XMAX_IS_LOCKED_ONLY(mask) && TransactionIdIsCurrentTransactionId(xmax))
+		return true;
 	if (!ended(xmax))
 		return false;
 	// Ended: a locker is harmless; a deleter or updater must have aborted.
 	return HEAP_XMAX_IS_LOCKED_ONLY(mask) || !TransactionIdDidCommit(xmax);
+}
+
+// Finds the entry of ref's key that may answer at `now` and hands it to
+// `answer` under the SHARED lock; returns whether `answer` took it (false
+// when there is none). `answer` must not raise errors. An entry made from
+// another idem_records than the current one is evicted.
+template <typename Answer>
+bool lookup(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now, Answer answer)
+{
+	if (!cache_usable() || !exact_id(ref.id))
+		return false;
+	Relation rel = table_open(loc.records, RowExclusiveLock);
+	Oid relid = RelationGetRelid(rel);
+	Oid relfilenode = rel->rd_node.relNode;
+	table_close(rel, NoLock);
+
+	uint64 hash = hash_id(ref.id);
+	bool hit = false;
+	bool stale = false;
+	LWLockAcquire(shared->lock, LW_SHARED);
+	for (int i = 0; i < ways; i++) {
+		Entry *e = in_bucket(hash, i);
+		if (!same_key(e, MyDatabaseId, hash, ref.id))
+			continue;
+		if (e->relid != relid || e->relfilenode != relfilenode) {
+			stale = true;
+		} else if (now < e->expires_at && answer(e)) {
+			hit = true;
+			pg_atomic_write_u32(&e->referenced, 1);
+		}
+		break;
+	}
+	LWLockRelease(shared->lock);
+	if (stale) {
+		// Another idem_records than the one it was read from: evict.
+		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		for (int i = 0; i < ways; i++) {
+			Entry *e = in_bucket(hash, i);
+			if (same_key(e, MyDatabaseId, hash, ref.id) &&
+			    (e->relid != relid || e->relfilenode != relfilenode))
+				e->used = false;
+		}
+		LWLockRelease(shared->lock);
+	}
+	return hit;
+}
+
+// What an entry of `record` keeps for idem_begin, prepared before the
+// EXCLUSIVE lock: detoasting may read the TOAST table and raise errors.
+struct Replay {
+	bool replayable;
+	bool has_fingerprint;
+	uint8 fingerprint[fingerprint_bytes_length];
+	const struct varlena *result; // detoasted; NULL when the result is NULL
+};
+
+Replay replay_of(const CacheableRecord &record)
+{
+	Replay r;
+	memset(&r, 0, sizeof r);
+	r.replayable = record.status == extension_objects().status_completed &&
+		       !record.has_lease && !record.has_last_error;
+	if (!r.replayable)
+		return r;
+	if (record.fingerprint != NULL) {
+		r.has_fingerprint = true;
+		// A stored fingerprint that is not a valid one (plain SQL wrote
+		// it) differs, as text, from every call's; 32 bytes cannot say
+		// that, so the entry only serves idem_try_insert.
+		if (!fingerprint_bytes(VARDATA_ANY(record.fingerprint),
+				       VARSIZE_ANY_EXHDR(record.fingerprint), r.fingerprint))
+			r.replayable = false;
+	}
+	if (record.result != 0) {
+		if (toast_raw_datum_size(record.result) > shared->result_size)
+			r.replayable = false;
+		else
+			r.result = PG_DETOAST_DATUM(record.result);
+	}
+	return r;
 }
 
 } // namespace
@@ -198,14 +335,18 @@ void cache_init_shmem()
 	if (!found) {
 		s->lock = &(GetNamedLWLockTranche(tranche_name))->lock;
 		s->buckets = bucket_count();
+		s->entry_size = entry_size();
+		s->result_size = Size(cache_result_size);
 		for (int i = 0; i < generations; i++)
 			pg_atomic_init_u64(&s->generation[i], 0);
-		for (int i = 0; i < s->buckets * ways; i++) {
-			s->entries[i].used = false;
-			pg_atomic_init_u32(&s->entries[i].referenced, 0);
-		}
 	}
 	shared = s;
+	if (!found) {
+		for (Size i = 0; i < Size(s->buckets) * ways; i++) {
+			entry_at(i)->used = false;
+			pg_atomic_init_u32(&entry_at(i)->referenced, 0);
+		}
+	}
 	LWLockRelease(AddinShmemInitLock);
 }
 
@@ -223,46 +364,45 @@ uint64 cache_generation()
 
 bool cache_lookup(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now)
 {
-	if (!cache_usable() || !exact_id(ref.id))
-		return false;
-	Relation rel = table_open(loc.records, RowExclusiveLock);
-	Oid relid = RelationGetRelid(rel);
-	Oid relfilenode = rel->rd_node.relNode;
-	table_close(rel, NoLock);
+	return lookup(loc, ref, now, [](const Entry *) { return true; });
+}
 
-	uint64 hash = hash_id(ref.id);
-	bool hit = false;
-	bool stale = false;
-	LWLockAcquire(shared->lock, LW_SHARED);
-	Entry *bucket = bucket_of(hash);
-	for (int i = 0; i < ways; i++) {
-		Entry *e = &bucket[i];
-		if (!same_key(e, MyDatabaseId, hash, ref.id))
-			continue;
-		if (e->relid != relid || e->relfilenode != relfilenode) {
-			stale = true;
-		} else if (now < e->expires_at) {
-			hit = true;
-			pg_atomic_write_u32(&e->referenced, 1);
-		}
-		break;
-	}
-	LWLockRelease(shared->lock);
-	if (stale) {
-		// Another idem_records than the one it was read from: evict.
-		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-		Entry *b = bucket_of(hash);
-		for (int i = 0; i < ways; i++)
-			if (same_key(&b[i], MyDatabaseId, hash, ref.id) &&
-			    (b[i].relid != relid || b[i].relfilenode != relfilenode))
-				b[i].used = false;
-		LWLockRelease(shared->lock);
-	}
+bool cache_lookup_completed(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now,
+			    const text *fingerprint, CachedCompletion *out)
+{
+	if (!cache_usable())
+		return false;
+	uint8 call_fingerprint[fingerprint_bytes_length];
+	// idem_begin has validated it; an invalid one would only mean a miss.
+	if (fingerprint != NULL && !fingerprint_bytes(VARDATA_ANY(fingerprint),
+						      VARSIZE_ANY_EXHDR(fingerprint),
+						      call_fingerprint))
+		return false;
+	// Room for a result, taken before the lock (palloc may raise errors).
+	char *result = shared->result_size > 0 ? static_cast<char *>(palloc(shared->result_size))
+					       : NULL;
+	Oid completed = loc.status_completed;
+	uint32 result_len = 0;
+	bool hit = lookup(loc, ref, now, [&](Entry *e) {
+		if (!e->replayable || e->status != completed)
+			return false;
+		if (fingerprint != NULL && e->has_fingerprint &&
+		    memcmp(e->fingerprint, call_fingerprint, sizeof call_fingerprint) != 0)
+			return false;
+		out->attempts = e->attempts;
+		result_len = e->result_len;
+		if (result_len > 0)
+			memcpy(result, result_of(e), result_len);
+		return true;
+	});
+	out->result = hit && result_len > 0 ? PointerGetDatum(result) : 0;
+	if (result != NULL && out->result == 0)
+		pfree(result);
 	return hit;
 }
 
 void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
-		    TimestampTz expires_at, Oid status, uint64 generation)
+		    const CacheableRecord &record, uint64 generation)
 {
 	if (!cache_usable() || !exact_id(ref.id))
 		return;
@@ -273,45 +413,55 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 		heap_freetuple(tuple);
 	if (!ok)
 		return;
+	Replay replay = replay_of(record);
 
 	uint64 hash = hash_id(ref.id);
 	size_t len = VARSIZE_ANY_EXHDR(ref.id);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	if (pg_atomic_read_u64(generation_of(MyDatabaseId)) == generation) {
-		Entry *bucket = bucket_of(hash);
 		Entry *victim = NULL;
 		// The key's own entry first (a key is never in a bucket twice),
 		// then an empty one.
 		for (int i = 0; i < ways && victim == NULL; i++)
-			if (same_key(&bucket[i], MyDatabaseId, hash, ref.id))
-				victim = &bucket[i];
+			if (same_key(in_bucket(hash, i), MyDatabaseId, hash, ref.id))
+				victim = in_bucket(hash, i);
 		for (int i = 0; i < ways && victim == NULL; i++)
-			if (!bucket[i].used)
-				victim = &bucket[i];
+			if (!in_bucket(hash, i)->used)
+				victim = in_bucket(hash, i);
 		TimestampTz now = GetCurrentTransactionStartTimestamp();
 		for (int i = 0; i < ways && victim == NULL; i++)
-			if (bucket[i].expires_at <= now)
-				victim = &bucket[i];
+			if (in_bucket(hash, i)->expires_at <= now)
+				victim = in_bucket(hash, i);
 		// Second chance: the first entry not used since the last pass.
 		for (int pass = 0; pass < 2 && victim == NULL; pass++)
 			for (int i = 0; i < ways && victim == NULL; i++) {
-				if (pg_atomic_read_u32(&bucket[i].referenced) == 0)
-					victim = &bucket[i];
+				Entry *e = in_bucket(hash, i);
+				if (pg_atomic_read_u32(&e->referenced) == 0)
+					victim = e;
 				else
-					pg_atomic_write_u32(&bucket[i].referenced, 0);
+					pg_atomic_write_u32(&e->referenced, 0);
 			}
 		if (victim == NULL)
-			victim = &bucket[0];
+			victim = in_bucket(hash, 0);
 		victim->used = true;
 		victim->id_len = uint8(len);
+		victim->replayable = replay.replayable;
+		victim->has_fingerprint = replay.has_fingerprint;
 		victim->dbid = MyDatabaseId;
 		victim->relid = RelationGetRelid(rel);
 		victim->relfilenode = rel->rd_node.relNode;
-		victim->status = status;
+		victim->status = record.status;
+		victim->attempts = int32(record.attempts);
+		victim->result_len = 0;
 		victim->hash = hash;
-		victim->expires_at = expires_at;
+		victim->expires_at = record.expires_at;
 		pg_atomic_write_u32(&victim->referenced, 0);
 		memcpy(victim->id, VARDATA_ANY(ref.id), len);
+		memcpy(victim->fingerprint, replay.fingerprint, sizeof replay.fingerprint);
+		if (replay.replayable && replay.result != NULL) {
+			victim->result_len = VARSIZE(replay.result);
+			memcpy(result_of(victim), replay.result, victim->result_len);
+		}
 	}
 	LWLockRelease(shared->lock);
 }

@@ -1,9 +1,11 @@
 // The duplicate cache (pg_idem.cache_size): recently seen committed records,
-// so that idem_try_insert can answer "duplicate" without reading
-// idem_records. Exists only when pg_idem is preloaded with a cache_size
-// above 0; otherwise every function below does nothing and every lookup
-// misses. The rules that keep a cached answer exact are at the top of
-// duplicate_cache.cpp. Include after postgres.h.
+// so that idem_try_insert can answer "duplicate", and idem_begin
+// "completed" (with the stored result, when it is small enough to keep:
+// pg_idem.cache_result_size), without reading idem_records. Exists only
+// when pg_idem is preloaded with a cache_size above 0; otherwise every
+// function below does nothing and every lookup misses. The rules that keep
+// a cached answer exact are at the top of duplicate_cache.cpp. Include
+// after postgres.h.
 #pragma once
 
 extern "C" {
@@ -33,12 +35,39 @@ uint64 cache_generation();
 // (RowExclusiveLock, as the table path would) to compare its identity.
 bool cache_lookup(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now);
 
-// Remembers a duplicate answer of the table path: the record `slot` holds in
-// `rel`, if its tuple is settled (inserter committed and not ours, no
-// deleter or locker still running) and no invalidation happened in this
-// database since `generation` was read. Otherwise does nothing.
+// What idem_begin answers for a completed record.
+struct CachedCompletion {
+	int attempts;
+	Datum result; // a palloc'd jsonb, or 0 when the record's result is NULL
+};
+
+// Whether the cache can give idem_begin's answer for ref's key at `now`
+// (the wall clock): a completed record of the current idem_records, live
+// at `now`, whose result was kept, and whose fingerprint, if both it and
+// `fingerprint` (a valid one, or NULL) have one, is the same. Fills `out`
+// on true.
+bool cache_lookup_completed(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now,
+			    const text *fingerprint, CachedCompletion *out);
+
+// The columns of a record that an entry keeps, read by records.cpp from the
+// tuple cache_remember is given (never from what a caller meant to write).
+struct CacheableRecord {
+	Oid status;
+	TimestampTz expires_at;
+	int attempts;
+	bool has_lease;		 // lease_expires_at is not NULL
+	bool has_last_error;	 // last_error is not NULL
+	const text *fingerprint; // NULL when none
+	Datum result;		 // jsonb as stored (perhaps toasted), 0 when NULL
+};
+
+// Remembers a record the table path found: the record `slot` holds in
+// `rel` (whose columns are `record`), if its tuple is settled (inserter
+// committed and not ours, no deleter or locker still running but our own
+// lock) and no invalidation happened in this database since `generation`
+// was read. Otherwise does nothing.
 void cache_remember(Relation rel, struct TupleTableSlot *slot, const RecordRef &ref,
-		    TimestampTz expires_at, Oid status, uint64 generation);
+		    const CacheableRecord &record, uint64 generation);
 
 // After any change or deletion of the record of key id `id` (in the
 // caller's transaction, committed or not): drops its entry and bumps the

@@ -68,6 +68,7 @@ bool purge_vacuum = true;
 bool purge_yield = true;
 int stats_max_scopes = 1000;
 int cache_size = 0;
+int cache_result_size = 256;
 }
 
 extern "C" void _PG_init(void)
@@ -138,11 +139,22 @@ extern "C" void _PG_init(void)
 	if (process_shared_preload_libraries_in_progress)
 		DefineCustomIntVariable("pg_idem.cache_size",
 					"Entries of the duplicate cache, which lets idem_try_insert "
-					"answer recent duplicates without reading idem_records.",
-					"0 turns it off. Each entry takes about 110 bytes of shared "
-					"memory. Needs pg_idem in shared_preload_libraries.",
+					"answer recent duplicates, and idem_begin completed claims, "
+					"without reading idem_records.",
+					"0 turns it off. Each entry takes about 150 bytes of shared "
+					"memory plus pg_idem.cache_result_size. Needs pg_idem in "
+					"shared_preload_libraries.",
 					&idem::cache_size, 0, 0, 10000000, PGC_POSTMASTER, 0, NULL, NULL,
 					NULL);
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("pg_idem.cache_result_size",
+					"Largest result (jsonb, detoasted) of a completed claim that "
+					"the duplicate cache keeps, so that idem_begin can answer "
+					"it without reading idem_records.",
+					"Every entry reserves this much shared memory. 0 keeps only "
+					"NULL results. Needs pg_idem in shared_preload_libraries.",
+					&idem::cache_result_size, 256, 0, 65536, PGC_POSTMASTER,
+					GUC_UNIT_BYTE, NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("pg_idem");
 

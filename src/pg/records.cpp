@@ -20,6 +20,9 @@
 //
 // With the duplicate cache on (duplicate_cache.cpp), a READ COMMITTED claim
 // asks it before step 1, and offers it the live records step 3 finds.
+// idem_begin offers it the completed records it reports
+// (records_offer_to_cache): the same primary-key lookup, made while
+// idem_begin holds the record's row lock.
 //
 // So the function never raises unique_violation and needs no subtransaction.
 // In REPEATABLE READ and SERIALIZABLE, a record the transaction's snapshot
@@ -77,6 +80,8 @@ enum RecordColumn : AttrNumber {
 	col_holder_pid = 10,
 	col_holder_started_at = 11,
 	col_fingerprint = 12,
+	col_result = 13,
+	col_last_error = 14,
 };
 
 bool same_text(Datum stored, const text *given)
@@ -210,11 +215,32 @@ bool insert_speculatively(const ExtensionObjects &loc, Relation rel, const Recor
 	return !conflict;
 }
 
+// Offers the duplicate cache the record in `slot`, with the columns it
+// keeps read from that tuple, which the cache takes only if the tuple is
+// settled and nothing changed since `generation` (duplicate_cache.cpp).
+void offer_to_cache(Relation rel, TupleTableSlot *slot, const RecordRef &ref, uint64 generation)
+{
+	bool isnull;
+	CacheableRecord record;
+	record.status = DatumGetObjectId(slot_getattr(slot, col_status, &isnull));
+	record.expires_at = DatumGetTimestampTz(slot_getattr(slot, col_expires_at, &isnull));
+	record.attempts = DatumGetInt32(slot_getattr(slot, col_attempts, &isnull));
+	slot_getattr(slot, col_lease_expires_at, &isnull);
+	record.has_lease = !isnull;
+	slot_getattr(slot, col_last_error, &isnull);
+	record.has_last_error = !isnull;
+	Datum d = slot_getattr(slot, col_fingerprint, &isnull);
+	record.fingerprint = isnull ? NULL : DatumGetTextPP(d);
+	d = slot_getattr(slot, col_result, &isnull);
+	record.result = isnull ? 0 : d;
+	cache_remember(rel, slot, ref, record, generation);
+}
+
 // Claims the key for `record` unless a record holds it: a lookup, then,
 // only for a new key, an insertion. Duplicates cost one index lookup, no
 // write and no transaction id. With `cache_from` (the duplicate cache's
 // counter, read before this lookup), a live record found is offered to the
-// duplicate cache, which takes it only if its tuple is settled.
+// duplicate cache.
 Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, const NewRecord &record,
 		    const uint64 *cache_from = NULL)
 {
@@ -225,15 +251,8 @@ Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, const New
 	for (;;) {
 		if (find_holder(rel, pkey, ref, holder)) {
 			found = classify_holder(loc, rel, holder, ref, record.recorded_at);
-			if (found == Found::live && cache_from != NULL) {
-				bool isnull;
-				cache_remember(rel, holder, ref,
-					       DatumGetTimestampTz(
-						   slot_getattr(holder, col_expires_at, &isnull)),
-					       DatumGetObjectId(
-						   slot_getattr(holder, col_status, &isnull)),
-					       *cache_from);
-			}
+			if (found == Found::live && cache_from != NULL)
+				offer_to_cache(rel, holder, ref, *cache_from);
 			break;
 		}
 		if (insert_speculatively(loc, rel, ref, record)) {
@@ -345,6 +364,24 @@ RecordRef record_ref(const char *fn, text *scope, text *key)
 bool records_insert(const RecordRef &ref, const NewRecord &record)
 {
 	return insert_record(extension_objects(), ref, record) == Found::inserted;
+}
+
+void records_offer_to_cache(const RecordRef &ref, TimestampTz now, uint64 generation)
+{
+	if (!cache_usable())
+		return;
+	const ExtensionObjects &loc = extension_objects();
+	Relation rel = table_open(loc.records, RowExclusiveLock);
+	Relation pkey = index_open(loc.records_pkey, RowExclusiveLock);
+	TupleTableSlot *holder = table_slot_create(rel, NULL);
+	// The caller holds the row lock: the dirty lookup sees its own lock as
+	// no obstacle and never waits here.
+	if (find_holder(rel, pkey, ref, holder) &&
+	    classify_holder(loc, rel, holder, ref, now) == Found::live)
+		offer_to_cache(rel, holder, ref, generation);
+	ExecDropSingleTupleTableSlot(holder);
+	index_close(pkey, NoLock);
+	table_close(rel, NoLock);
 }
 
 bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at,

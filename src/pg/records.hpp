@@ -47,4 +47,11 @@ enum class CacheAnswer { unused, hit, miss };
 bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at,
 			CacheAnswer *cache);
 
+// Offers the duplicate cache the record of ref's key, if it is live at
+// `now`: for idem_begin, which has read and row-locked it (SELECT ... FOR
+// UPDATE) and is about to report it completed. `generation` is
+// cache_generation() read before that read. Does nothing when the cache is
+// not usable; the cache refuses what it cannot keep exactly.
+void records_offer_to_cache(const RecordRef &ref, TimestampTz now, uint64 generation);
+
 } // namespace idem

@@ -30,4 +30,9 @@ extern int stats_max_scopes;
 // (duplicate_cache.cpp).
 extern int cache_size;
 
+// pg_idem.cache_result_size: bytes of a completed record's result (its
+// detoasted jsonb) that a cache entry keeps, so that idem_begin can replay
+// it; 0: only NULL results.
+extern int cache_result_size;
+
 } // namespace idem

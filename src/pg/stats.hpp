@@ -19,8 +19,8 @@ enum StatCounter {
 	stat_dead_letters, // claims that became dead (idem_fail, idem_begin, idem_reconcile)
 	stat_purged,	   // records deleted by idem_purge or the purge worker
 	stat_reconciled,   // claims idem_reconcile settled (completed, failed or dead)
-	stat_cache_hits,   // idem_try_insert answered by the duplicate cache
-	stat_cache_misses, // idem_try_insert asked the cache, which could not answer
+	stat_cache_hits,   // idem_try_insert or idem_begin answered by the duplicate cache
+	stat_cache_misses, // idem_try_insert or idem_begin asked the cache, which could not answer
 	stat_counters
 };
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 namespace {
@@ -100,6 +101,28 @@ TEST(ClaimRules, FingerprintForm)
 	std::string g = ok;
 	g[10] = 'g';
 	EXPECT_FALSE(idem::valid_fingerprint(g.data(), g.size()));
+}
+
+TEST(ClaimRules, FingerprintBytes)
+{
+	uint8_t out[idem::fingerprint_bytes_length];
+	ASSERT_TRUE(idem::fingerprint_bytes(
+	    "00ff10a9b8c7d6e5f40123456789abcdef0123456789abcdef0123456789abcd", 64, out));
+	EXPECT_EQ(out[0], 0x00);
+	EXPECT_EQ(out[1], 0xff);
+	EXPECT_EQ(out[2], 0x10);
+	EXPECT_EQ(out[3], 0xa9);
+	EXPECT_EQ(out[7], 0xe5);
+	EXPECT_EQ(out[31], 0xcd);
+	// Invalid text is refused and leaves the buffer alone: an upper-case
+	// digit would otherwise decode like its lower-case twin, which the table
+	// path's text comparison tells apart.
+	std::fill(out, out + sizeof out, uint8_t(0x5a));
+	std::string upper(64, 'A');
+	EXPECT_FALSE(idem::fingerprint_bytes(upper.data(), upper.size(), out));
+	EXPECT_EQ(out[0], 0x5a);
+	std::string short_one(62, 'a');
+	EXPECT_FALSE(idem::fingerprint_bytes(short_one.data(), short_one.size(), out));
 }
 
 } // namespace

@@ -3,7 +3,10 @@
 # crash (kill -9 of a backend) and a clean restart both start with an empty
 # cache; DROP EXTENSION + CREATE EXTENSION makes a cached key new; with
 # pg_idem.cache_size = 0 nothing is ever answered from the cache; the size
-# is a postmaster setting.
+# is a postmaster setting. idem_begin too: after a crash or a restart its
+# first completed answer comes from the table, with the result; with
+# pg_idem.cache_result_size = 0 only claims completed without a result are
+# answered from the cache.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;
@@ -80,11 +83,32 @@ sql(q{SELECT idem_try_insert('crash', 'k')});
 sql(q{SELECT idem_try_insert('crash', 'k')});
 is(counts('crash'), '1|2', 'the third call was a hit');
 
+# idem_begin's answer of a completed claim, as the table gives it.
+my $completed = q{completed|2|{"total": 42}||};
+sub begin_answer
+{
+	return sql(
+		q{SELECT status || '|' || attempt || '|' || coalesce(result::text, '') || '|'
+		   || coalesce(lease_expires_at::text, '') || '|' || coalesce(last_error, '')
+		   FROM idem_begin('begin-crash', 'k')});
+}
+sql(q{SELECT idem_begin('begin-crash', 'k')});
+sql(q{SELECT idem_fail('begin-crash', 'k', 1, 'timeout', true)});
+sql(q{SELECT idem_begin('begin-crash', 'k')});
+sql(q{SELECT idem_complete('begin-crash', 'k', 2, '{"total": 42}')});
+is(begin_answer(), $completed, 'idem_begin: completed, from the table');
+is(begin_answer(), $completed, 'idem_begin: the same answer');
+is(counts('begin-crash'), '1|3', 'idem_begin: the second answer was a hit');
+
 crash_a_backend($node);
 is(sql(q{SELECT idem_try_insert('crash', 'k')}), 'f', 'still a duplicate');
 is(counts('crash'), '0|1', 'from the table: the cache started empty');
 is(sql(q{SELECT idem_try_insert('crash', 'k')}), 'f', 'a duplicate again');
 is(counts('crash'), '1|1', 'now from the cache');
+is(begin_answer(), $completed, 'idem_begin after the crash: completed, with the result');
+is(counts('begin-crash'), '0|1', 'from the table: the cache started empty');
+is(begin_answer(), $completed, 'idem_begin: the same answer again');
+is(counts('begin-crash'), '1|1', 'now from the cache');
 
 # ---------------------------------------------------------------------------
 note 'a clean restart empties the cache';
@@ -92,6 +116,8 @@ note 'a clean restart empties the cache';
 $node->restart;
 is(sql(q{SELECT idem_try_insert('crash', 'k')}), 'f', 'a duplicate after the restart');
 is(counts('crash'), '1|2', 'from the table (the counters were kept, the cache was not)');
+is(begin_answer(), $completed, 'idem_begin after the restart: completed, with the result');
+is(counts('begin-crash'), '1|2', 'from the table');
 
 # ---------------------------------------------------------------------------
 note 'DROP EXTENSION and CREATE EXTENSION';
@@ -123,6 +149,36 @@ is(counts('off'), '0|0', 'never a hit, and no lookups counted');
 is(new_keys('off2', 20), 20, 'new keys are new');
 is(new_keys('off2', 20), 0, 'and then duplicates, all from the table');
 is(counts('off2'), '0|0', 'still no cache counts');
+sql(q{SELECT idem_complete('off3', 'k', (SELECT attempt FROM idem_begin('off3', 'k')), '1')});
+for (1 .. 2)
+{
+	is(sql(q{SELECT status || '|' || result FROM idem_begin('off3', 'k')}),
+		'completed|1', 'idem_begin: completed, with the result');
+}
+is(counts('off3'), '0|0', 'no cache counts for idem_begin either');
+
+# ---------------------------------------------------------------------------
+note 'pg_idem.cache_result_size = 0: only results that are NULL are kept';
+
+sql('ALTER SYSTEM SET pg_idem.cache_size = 16');
+sql('ALTER SYSTEM SET pg_idem.cache_result_size = 0');
+$node->restart;
+is(sql('SHOW pg_idem.cache_result_size'), '0', 'set at the restart');
+sql(q{SELECT idem_complete('nores', 'null', (SELECT attempt FROM idem_begin('nores', 'null')))});
+sql(q{SELECT idem_complete('nores', 'small', (SELECT attempt FROM idem_begin('nores', 'small')), '{}')});
+for (1 .. 3)
+{
+	is(sql(q{SELECT status || '|' || attempt || '|' || (result IS NULL) FROM idem_begin('nores', 'null')}),
+		'completed|1|true', 'a claim completed without a result');
+	is(sql(q{SELECT status || '|' || attempt || '|' || result FROM idem_begin('nores', 'small')}),
+		'completed|1|{}', 'a claim completed with the smallest result');
+}
+# Per key: 'null' misses twice (its claim, its first completed answer),
+# then hits twice; 'small' misses every time (claim + 3).
+is(counts('nores'), '2|6', 'only the NULL result was answered from the cache');
+# idem_begin made the entry of 'small', without its result.
+is(sql(q{SELECT idem_try_insert('nores', 'small')}), 'f', 'idem_try_insert: a duplicate');
+is(counts('nores'), '3|6', 'an entry without its result still serves idem_try_insert');
 
 $node->stop;
 done_testing();

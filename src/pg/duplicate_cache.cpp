@@ -62,7 +62,9 @@
 //
 // The table. cache_size entries rounded up to whole buckets of `ways`
 // entries (set associative): a key lives only in bucket hash % buckets, so
-// a lookup compares at most `ways` entries, and insertion replaces an empty
+// a lookup reads the bucket's `ways` tags (the high 32 bits of the hash, side
+// by side in 32 bytes) and only the entries whose tag matches (at most
+// `ways`, almost always one or none), and insertion replaces an empty
 // entry, else an expired one, else the first without its reference bit
 // (clearing bits as it goes: a clock within the bucket). An entry is an
 // Entry followed by room for a result of cache_result_size bytes, so the
@@ -118,7 +120,6 @@ constexpr int ways = 8;
 constexpr int generations = 64;
 
 struct Entry {
-	bool used;
 	uint8 id_len;
 	bool replayable;      // idem_begin may answer from it (file header)
 	bool has_fingerprint; // then `fingerprint` holds its bytes
@@ -142,7 +143,10 @@ struct SharedCache {
 	Size entry_size;
 	Size result_size; // pg_idem.cache_result_size, as the table was built
 	pg_atomic_uint64 generation[generations];
-	char entries[FLEXIBLE_ARRAY_MEMBER];
+	// A tag per entry, a bucket's `ways` tags side by side (32 bytes),
+	// so that a lookup reads the entries whose tag matches only: 0 for an
+	// unused entry, else tag_of(its key's hash). Then the entries.
+	char tags_and_entries[FLEXIBLE_ARRAY_MEMBER];
 };
 
 SharedCache *shared = NULL;
@@ -151,9 +155,11 @@ int bucket_count() { return (cache_size + ways - 1) / ways; }
 
 Size entry_size() { return MAXALIGN(sizeof(Entry) + Size(cache_result_size)); }
 
+Size tags_size() { return MAXALIGN(mul_size(mul_size(bucket_count(), ways), sizeof(uint32))); }
+
 Size shared_size()
 {
-	return add_size(MAXALIGN(offsetof(SharedCache, entries)),
+	return add_size(add_size(MAXALIGN(offsetof(SharedCache, tags_and_entries)), tags_size()),
 			mul_size(mul_size(bucket_count(), ways), entry_size()));
 }
 
@@ -161,7 +167,8 @@ pg_atomic_uint64 *generation_of(Oid dbid) { return &shared->generation[dbid % ge
 
 Entry *entry_at(Size i)
 {
-	return reinterpret_cast<Entry *>(shared->entries + i * shared->entry_size);
+	return reinterpret_cast<Entry *>(shared->tags_and_entries + tags_size() +
+					 i * shared->entry_size);
 }
 
 char *result_of(Entry *e) { return reinterpret_cast<char *>(e) + sizeof(Entry); }
@@ -184,21 +191,39 @@ Entry *in_bucket(uint64 hash, int i)
 	return entry_at((hash % uint64(shared->buckets)) * ways + Size(i));
 }
 
-bool same_key(const Entry *e, Oid dbid, uint64 hash, const bytea *id)
+// The `ways` tags of the bucket of `hash`.
+uint32 *tags_of_bucket(uint64 hash)
 {
+	return reinterpret_cast<uint32 *>(shared->tags_and_entries) +
+	       (hash % uint64(shared->buckets)) * ways;
+}
+
+uint32 tag_of(uint64 hash) { return uint32(hash >> 32) | 1; }
+
+// The slot (0 <= slot < ways) of the entry of (dbid, id) in the bucket of
+// `hash`, or -1. Under either lock.
+int find_slot(Oid dbid, uint64 hash, const bytea *id)
+{
+	const uint32 *tags = tags_of_bucket(hash);
+	uint32 tag = tag_of(hash);
 	size_t len = VARSIZE_ANY_EXHDR(id);
-	return e->used && e->dbid == dbid && e->hash == hash && e->id_len == len &&
-	       memcmp(e->id, VARDATA_ANY(id), len) == 0;
+	for (int i = 0; i < ways; i++) {
+		if (tags[i] != tag)
+			continue;
+		const Entry *e = in_bucket(hash, i);
+		if (e->dbid == dbid && e->hash == hash && e->id_len == len &&
+		    memcmp(e->id, VARDATA_ANY(id), len) == 0)
+			return i;
+	}
+	return -1;
 }
 
 // Under EXCLUSIVE: drops the entry of (dbid, id), if any.
 void remove_locked(Oid dbid, uint64 hash, const bytea *id)
 {
-	for (int i = 0; i < ways; i++) {
-		Entry *e = in_bucket(hash, i);
-		if (same_key(e, dbid, hash, id))
-			e->used = false;
-	}
+	int slot = find_slot(dbid, hash, id);
+	if (slot >= 0)
+		tags_of_bucket(hash)[slot] = 0;
 }
 
 // Whether a transaction id has ended and is not ours (prepared transactions
@@ -250,27 +275,25 @@ bool lookup(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now, 
 	bool hit = false;
 	bool stale = false;
 	LWLockAcquire(shared->lock, LW_SHARED);
-	for (int i = 0; i < ways; i++) {
-		Entry *e = in_bucket(hash, i);
-		if (!same_key(e, MyDatabaseId, hash, ref.id))
-			continue;
+	int slot = find_slot(MyDatabaseId, hash, ref.id);
+	if (slot >= 0) {
+		Entry *e = in_bucket(hash, slot);
 		if (e->relid != relid || e->relfilenode != relfilenode) {
 			stale = true;
 		} else if (now < e->expires_at && answer(e)) {
 			hit = true;
 			pg_atomic_write_u32(&e->referenced, 1);
 		}
-		break;
 	}
 	LWLockRelease(shared->lock);
 	if (stale) {
 		// Another idem_records than the one it was read from: evict.
 		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-		for (int i = 0; i < ways; i++) {
-			Entry *e = in_bucket(hash, i);
-			if (same_key(e, MyDatabaseId, hash, ref.id) &&
-			    (e->relid != relid || e->relfilenode != relfilenode))
-				e->used = false;
+		slot = find_slot(MyDatabaseId, hash, ref.id);
+		if (slot >= 0) {
+			Entry *e = in_bucket(hash, slot);
+			if (e->relid != relid || e->relfilenode != relfilenode)
+				tags_of_bucket(hash)[slot] = 0;
 		}
 		LWLockRelease(shared->lock);
 	}
@@ -342,10 +365,9 @@ void cache_init_shmem()
 	}
 	shared = s;
 	if (!found) {
-		for (Size i = 0; i < Size(s->buckets) * ways; i++) {
-			entry_at(i)->used = false;
+		memset(s->tags_and_entries, 0, tags_size());
+		for (Size i = 0; i < Size(s->buckets) * ways; i++)
 			pg_atomic_init_u32(&entry_at(i)->referenced, 0);
-		}
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -419,31 +441,30 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 	size_t len = VARSIZE_ANY_EXHDR(ref.id);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	if (pg_atomic_read_u64(generation_of(MyDatabaseId)) == generation) {
-		Entry *victim = NULL;
+		uint32 *tags = tags_of_bucket(hash);
 		// The key's own entry first (a key is never in a bucket twice),
 		// then an empty one.
-		for (int i = 0; i < ways && victim == NULL; i++)
-			if (same_key(in_bucket(hash, i), MyDatabaseId, hash, ref.id))
-				victim = in_bucket(hash, i);
-		for (int i = 0; i < ways && victim == NULL; i++)
-			if (!in_bucket(hash, i)->used)
-				victim = in_bucket(hash, i);
+		int slot = find_slot(MyDatabaseId, hash, ref.id);
+		for (int i = 0; i < ways && slot < 0; i++)
+			if (tags[i] == 0)
+				slot = i;
 		TimestampTz now = GetCurrentTransactionStartTimestamp();
-		for (int i = 0; i < ways && victim == NULL; i++)
+		for (int i = 0; i < ways && slot < 0; i++)
 			if (in_bucket(hash, i)->expires_at <= now)
-				victim = in_bucket(hash, i);
+				slot = i;
 		// Second chance: the first entry not used since the last pass.
-		for (int pass = 0; pass < 2 && victim == NULL; pass++)
-			for (int i = 0; i < ways && victim == NULL; i++) {
+		for (int pass = 0; pass < 2 && slot < 0; pass++)
+			for (int i = 0; i < ways && slot < 0; i++) {
 				Entry *e = in_bucket(hash, i);
 				if (pg_atomic_read_u32(&e->referenced) == 0)
-					victim = e;
+					slot = i;
 				else
 					pg_atomic_write_u32(&e->referenced, 0);
 			}
-		if (victim == NULL)
-			victim = in_bucket(hash, 0);
-		victim->used = true;
+		if (slot < 0)
+			slot = 0;
+		Entry *victim = in_bucket(hash, slot);
+		tags[slot] = tag_of(hash);
 		victim->id_len = uint8(len);
 		victim->replayable = replay.replayable;
 		victim->has_fingerprint = replay.has_fingerprint;

@@ -7,7 +7,7 @@ use Exporter 'import';
 use IPC::Run;
 use Test::More;
 
-our @EXPORT_OK = qw(crash_a_backend);
+our @EXPORT_OK = qw(crash_a_backend set_guc);
 
 # Kills a backend of $node with SIGKILL, as a crash would: the postmaster
 # then restarts every process and recovers. Returns once the server answers
@@ -36,6 +36,19 @@ sub crash_a_backend
 	$sleeper->finish;
 	ok($node->poll_query_until('postgres', 'SELECT true'),
 		'the server is back after crash recovery');
+	return;
+}
+
+# Sets a server setting with ALTER SYSTEM and a reload; returns once this
+# session sees it (the worker has then been signalled too).
+sub set_guc
+{
+	my ($node, $name, $value) = @_;
+	$node->safe_psql('postgres', "ALTER SYSTEM SET $name = '$value'");
+	$node->safe_psql('postgres', 'SELECT pg_reload_conf()');
+	$node->poll_query_until('postgres',
+		"SELECT current_setting('$name') = '$value'")
+	  or die "the reload did not take";
 	return;
 }
 

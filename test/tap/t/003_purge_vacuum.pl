@@ -7,6 +7,7 @@ use warnings;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IdemTap;
 
 my $node = PostgreSQL::Test::Cluster->new('node');
 $node->init;
@@ -55,13 +56,10 @@ sub churn
 	return;
 }
 
-sub set_guc
+sub set_guc_and_wait
 {
 	my ($name, $value) = @_;
-	sql("ALTER SYSTEM SET $name = '$value'");
-	sql('SELECT pg_reload_conf()');
-	poll("SELECT current_setting('$name') = '$value'")
-	  or die "the reload did not take";
+	IdemTap::set_guc($node, $name, $value);
 	# Let a round run under the new setting.
 	my $rounds = sql('SELECT rounds FROM idem_purge_status');
 	poll("SELECT rounds >= $rounds + 3 FROM idem_purge_status")
@@ -97,7 +95,7 @@ my $activity = sql(
 ok(defined $activity, 'the worker is still running');
 
 note 'pg_idem.purge_vacuum = off';
-set_guc('pg_idem.purge_vacuum', 'off');
+set_guc_and_wait('pg_idem.purge_vacuum', 'off');
 my $before = vacuums();
 churn(20000);
 # Give the worker rounds in which it would have vacuumed.
@@ -108,7 +106,7 @@ cmp_ok(sql(q{SELECT n_dead_tup FROM pg_stat_user_tables
 	WHERE relname = 'idem_records'}), '>=', 20000, 'the dead tuples stay');
 
 note 'autovacuum_enabled = false on the table is respected';
-set_guc('pg_idem.purge_vacuum', 'on');
+set_guc_and_wait('pg_idem.purge_vacuum', 'on');
 sql('ALTER TABLE idem_records SET (autovacuum_enabled = false)');
 $before = vacuums();
 churn(20000);

@@ -10,6 +10,7 @@ use IPC::Run;
 use PostgreSQL::Test::Cluster;
 use PostgreSQL::Test::Utils;
 use Test::More;
+use IdemTap qw(set_guc);
 
 my $node = PostgreSQL::Test::Cluster->new('node');
 $node->init(allows_streaming => 1);
@@ -48,16 +49,6 @@ sub purge_log
 	ok(poll(q{SELECT count(*) = 0 FROM idem_records WHERE scope = 'yield'}),
 		"the worker purged all $n records");
 	return slurp_file($node->logfile, $offset);
-}
-
-sub set_guc
-{
-	my ($name, $value) = @_;
-	sql("ALTER SYSTEM SET $name = '$value'");
-	sql('SELECT pg_reload_conf()');
-	poll("SELECT current_setting('$name') = '$value'")
-	  or die "the reload did not take";
-	return;
 }
 
 my $pause = qr/pg_idem purge: pausing \d+ ms, commits are waiting for the WAL/;
@@ -126,9 +117,9 @@ is(sql(q{SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'}),
 	1, 'the commit still waits');
 
 note 'pg_idem.purge_yield = off';
-set_guc('pg_idem.purge_yield', 'off');
+set_guc($node, 'pg_idem.purge_yield', 'off');
 unlike(purge_log(2000), $pause, 'no pause with pg_idem.purge_yield off');
-set_guc('pg_idem.purge_yield', 'on');
+set_guc($node, 'pg_idem.purge_yield', 'on');
 like(purge_log(2000), $pause, 'pauses again once it is back on');
 
 sql(q{SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE wait_event = 'SyncRep'});

@@ -73,7 +73,9 @@
 // restart.
 //
 // Locking: shared->lock (tranche "pg_idem duplicate cache") SHARED for
-// lookups, EXCLUSIVE for insertion, removal and eviction. An entry's
+// lookups, EXCLUSIVE for insertion, removal and eviction. A lookup first
+// reads its bucket's tags without the lock (may_hold) and misses at once if
+// none is its key's; only a miss can come of that unlocked read. An entry's
 // fields change only under EXCLUSIVE; the reference bit is an atomic set
 // under SHARED. The counters are atomics, bumped under EXCLUSIVE, read
 // without the lock before a table lookup (followed by a barrier) and again
@@ -218,6 +220,21 @@ int find_slot(Oid dbid, uint64 hash, const bytea *id)
 	return -1;
 }
 
+// Whether the bucket of `hash` may hold an entry for it: one of its tags is
+// the hash's. Read without the lock, as a filter before the locked lookup:
+// a stale or torn view can only turn what would have been a hit into a
+// miss (which is always allowed), or send a miss on to the locked lookup,
+// which decides again.
+bool may_hold(uint64 hash)
+{
+	const volatile uint32 *tags = tags_of_bucket(hash);
+	uint32 tag = tag_of(hash);
+	for (int i = 0; i < ways; i++)
+		if (tags[i] == tag)
+			return true;
+	return false;
+}
+
 // Under EXCLUSIVE: drops the entry of (dbid, id), if any.
 void remove_locked(Oid dbid, uint64 hash, const bytea *id)
 {
@@ -266,12 +283,15 @@ bool lookup(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now, 
 {
 	if (!cache_usable() || !exact_id(ref.id))
 		return false;
+	uint64 hash = hash_id(ref.id);
+	// Most misses (every new key) end here, without a lock.
+	if (!may_hold(hash))
+		return false;
 	Relation rel = table_open(loc.records, RowExclusiveLock);
 	Oid relid = RelationGetRelid(rel);
 	Oid relfilenode = rel->rd_node.relNode;
 	table_close(rel, NoLock);
 
-	uint64 hash = hash_id(ref.id);
 	bool hit = false;
 	bool stale = false;
 	LWLockAcquire(shared->lock, LW_SHARED);

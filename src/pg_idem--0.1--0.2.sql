@@ -140,9 +140,9 @@ REVOKE ALL ON @extschema@.idem_stats FROM PUBLIC;
 -- The duplicate cache (src/pg/duplicate_cache.cpp) must forget a key whose
 -- record changes or goes away. pg_idem's own writes tell it directly; this
 -- trigger catches the rest (an operator's DELETE or UPDATE in SQL). ALWAYS:
--- also when session_replication_role is replica. TRUNCATE needs nothing: it
--- gives the table a new relfilenode, which every cached entry is checked
--- against. The WHEN clause spares servers without the cache (the default)
+-- also when session_replication_role is replica. TRUNCATE and DROP need
+-- nothing here: the cache forgets the whole table when one of them commits.
+-- The WHEN clause spares servers without the cache (the default)
 -- the queued after-trigger event of every update.
 CREATE FUNCTION @extschema@.idem_cache_enabled() RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_cache_enabled'

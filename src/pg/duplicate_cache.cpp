@@ -5,7 +5,8 @@
 // what the table path would answer, and misses whenever in doubt.
 //
 // What an entry says. "Key id K of database D had, in idem_records (relation
-// OID R, relfilenode F), a committed record that no transaction was changing,
+// OID R, in the database's table epoch T), a committed record that no
+// transaction was changing,
 // live until E, with status S and attempts A", and, when the record was
 // replayable, "with fingerprint P (or none) and result J (or NULL)". All of
 // it is read from the record's tuple itself (records.cpp), never from what
@@ -36,11 +37,24 @@
 // is NULL or, detoasted, at most pg_idem.cache_result_size bytes (kept as
 // those bytes, so the answer is the same jsonb the table would give).
 //
-// A lookup answers only if the database, the relation OID and relfilenode
-// (DROP/CREATE EXTENSION, TRUNCATE change them; the relation is opened with
-// the table path's own lock, which also reads pending invalidations) and
-// the full key id match, and `now` is before E: then the table path would
-// have found the same live record. idem_try_insert's lookup takes any such
+// A lookup answers only if the database, the relation OID, the table epoch
+// and the full key id match, and `now` is before E: then the table path
+// would have found the same live record. It opens no relation and takes no
+// lock on it, so a hit costs no lock to take and none to release.
+//
+// Table epochs. A TRUNCATE or a DROP of a table named idem_records (DROP
+// EXTENSION, DROP TABLE, DROP SCHEMA ... CASCADE) removes every record at
+// once, without the row trigger. The object access hook notes it in the
+// transaction that does it; that transaction then bumps its database's
+// epoch just before it commits or prepares, so every entry made before
+// stops answering. It holds its ACCESS EXCLUSIVE lock by then, and until it
+// ends, so no entry can be made in between: a filler holds ROW EXCLUSIVE on
+// idem_records while it reads the record and inserts the entry. Before that
+// commit a hit answers what the table still holds for everyone else; and
+// the transaction itself, which already sees the table emptied, does not
+// use the cache at all from the hook on. (The hook may run before the lock
+// is granted, which is why the bump waits for the commit.) A DROP DATABASE
+// bumps at once: nobody is connected to the database any more. idem_try_insert's lookup takes any such
 // entry as a duplicate. idem_begin's takes only a replayable one whose
 // status is completed and whose fingerprint does not differ from the
 // call's (both present and unequal: a miss, and the table path answers the
@@ -86,9 +100,11 @@ extern "C" {
 
 #include "access/detoast.h"
 #include "access/htup_details.h"
-#include "access/table.h"
 #include "access/transam.h"
 #include "access/xact.h"
+#include "catalog/objectaccess.h"
+#include "catalog/pg_class_d.h"
+#include "catalog/pg_database_d.h"
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/tuptable.h"
@@ -98,6 +114,7 @@ extern "C" {
 #include "storage/lwlock.h"
 #include "storage/procarray.h"
 #include "storage/shmem.h"
+#include "utils/lsyscache.h"
 #include "utils/rel.h"
 }
 
@@ -127,11 +144,11 @@ struct Entry {
 	bool has_fingerprint; // then `fingerprint` holds its bytes
 	Oid dbid;
 	Oid relid;
-	Oid relfilenode;
 	Oid status;
 	int32 attempts;
 	uint32 result_len; // bytes of the kept result after the entry; 0: NULL
 	uint64 hash;
+	uint64 epoch; // the database's table epoch when it was made
 	TimestampTz expires_at;
 	pg_atomic_uint32 referenced;
 	uint8 id[max_key_id_bytes];
@@ -145,6 +162,9 @@ struct SharedCache {
 	Size entry_size;
 	Size result_size; // pg_idem.cache_result_size, as the table was built
 	pg_atomic_uint64 generation[generations];
+	// Table epochs (file header), shared the same way; bumped under
+	// EXCLUSIVE, read under either lock.
+	pg_atomic_uint64 epoch[generations];
 	// A tag per entry, a bucket's `ways` tags side by side (32 bytes),
 	// so that a lookup reads the entries whose tag matches only: 0 for an
 	// unused entry, else tag_of(its key's hash). Then the entries.
@@ -152,6 +172,12 @@ struct SharedCache {
 };
 
 SharedCache *shared = NULL;
+
+// Whether this transaction truncated or dropped an idem_records (file
+// header): then it neither asks nor fills the cache until it ends.
+bool records_replaced = false;
+
+object_access_hook_type previous_object_access = NULL;
 
 int bucket_count() { return (cache_size + ways - 1) / ways; }
 
@@ -166,6 +192,8 @@ Size shared_size()
 }
 
 pg_atomic_uint64 *generation_of(Oid dbid) { return &shared->generation[dbid % generations]; }
+
+pg_atomic_uint64 *epoch_of(Oid dbid) { return &shared->epoch[dbid % generations]; }
 
 Entry *entry_at(Size i)
 {
@@ -287,18 +315,16 @@ bool lookup(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now, 
 	// Most misses (every new key) end here, without a lock.
 	if (!may_hold(hash))
 		return false;
-	Relation rel = table_open(loc.records, RowExclusiveLock);
-	Oid relid = RelationGetRelid(rel);
-	Oid relfilenode = rel->rd_node.relNode;
-	table_close(rel, NoLock);
+	Oid relid = loc.records;
 
 	bool hit = false;
 	bool stale = false;
 	LWLockAcquire(shared->lock, LW_SHARED);
+	uint64 epoch = pg_atomic_read_u64(epoch_of(MyDatabaseId));
 	int slot = find_slot(MyDatabaseId, hash, ref.id);
 	if (slot >= 0) {
 		Entry *e = in_bucket(hash, slot);
-		if (e->relid != relid || e->relfilenode != relfilenode) {
+		if (e->relid != relid || e->epoch != epoch) {
 			stale = true;
 		} else if (now < e->expires_at && answer(e)) {
 			hit = true;
@@ -307,12 +333,14 @@ bool lookup(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now, 
 	}
 	LWLockRelease(shared->lock);
 	if (stale) {
-		// Another idem_records than the one it was read from: evict.
+		// Made from another idem_records, or before it was emptied:
+		// evict.
 		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		epoch = pg_atomic_read_u64(epoch_of(MyDatabaseId));
 		slot = find_slot(MyDatabaseId, hash, ref.id);
 		if (slot >= 0) {
 			Entry *e = in_bucket(hash, slot);
-			if (e->relid != relid || e->relfilenode != relfilenode)
+			if (e->relid != relid || e->epoch != epoch)
 				tags_of_bucket(hash)[slot] = 0;
 		}
 		LWLockRelease(shared->lock);
@@ -380,8 +408,10 @@ void cache_init_shmem()
 		s->buckets = bucket_count();
 		s->entry_size = entry_size();
 		s->result_size = Size(cache_result_size);
-		for (int i = 0; i < generations; i++)
+		for (int i = 0; i < generations; i++) {
 			pg_atomic_init_u64(&s->generation[i], 0);
+			pg_atomic_init_u64(&s->epoch[i], 0);
+		}
 	}
 	shared = s;
 	if (!found) {
@@ -392,7 +422,10 @@ void cache_init_shmem()
 	LWLockRelease(AddinShmemInitLock);
 }
 
-bool cache_usable() { return shared != NULL && !IsolationUsesXactSnapshot(); }
+bool cache_usable()
+{
+	return shared != NULL && !IsolationUsesXactSnapshot() && !records_replaced;
+}
 
 uint64 cache_generation()
 {
@@ -468,10 +501,15 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 		for (int i = 0; i < ways && slot < 0; i++)
 			if (tags[i] == 0)
 				slot = i;
+		// Then one that can no longer answer: expired, or of an earlier
+		// epoch of our database.
 		TimestampTz now = GetCurrentTransactionStartTimestamp();
-		for (int i = 0; i < ways && slot < 0; i++)
-			if (in_bucket(hash, i)->expires_at <= now)
+		uint64 epoch = pg_atomic_read_u64(epoch_of(MyDatabaseId));
+		for (int i = 0; i < ways && slot < 0; i++) {
+			const Entry *e = in_bucket(hash, i);
+			if (e->expires_at <= now || (e->dbid == MyDatabaseId && e->epoch != epoch))
 				slot = i;
+		}
 		// Second chance: the first entry not used since the last pass.
 		for (int pass = 0; pass < 2 && slot < 0; pass++)
 			for (int i = 0; i < ways && slot < 0; i++) {
@@ -490,7 +528,7 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 		victim->has_fingerprint = replay.has_fingerprint;
 		victim->dbid = MyDatabaseId;
 		victim->relid = RelationGetRelid(rel);
-		victim->relfilenode = rel->rd_node.relNode;
+		victim->epoch = epoch;
 		victim->status = record.status;
 		victim->attempts = int32(record.attempts);
 		victim->result_len = 0;
@@ -518,6 +556,67 @@ void cache_invalidate(const bytea *id)
 	remove_locked(MyDatabaseId, hash, id);
 	pg_atomic_fetch_add_u64(generation_of(MyDatabaseId), 1);
 	LWLockRelease(shared->lock);
+}
+
+namespace {
+
+void bump_epoch(Oid dbid)
+{
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	pg_atomic_fetch_add_u64(epoch_of(dbid), 1);
+	LWLockRelease(shared->lock);
+}
+
+// Whether relid is a table named idem_records, in any schema: a user's own
+// table of that name only costs the entries of its database.
+bool named_records(Oid relid)
+{
+	char *name = get_rel_name(relid);
+	bool named = name != NULL && strcmp(name, "idem_records") == 0;
+	if (name != NULL)
+		pfree(name);
+	return named;
+}
+
+void note_emptying(ObjectAccessType access, Oid class_id, Oid object_id, int sub_id, void *arg)
+{
+	if (previous_object_access != NULL)
+		previous_object_access(access, class_id, object_id, sub_id, arg);
+	if (shared == NULL)
+		return;
+	if (access == OAT_DROP && class_id == DatabaseRelationId)
+		bump_epoch(object_id);
+	else if ((access == OAT_TRUNCATE || (access == OAT_DROP && sub_id == 0)) &&
+		 class_id == RelationRelationId && named_records(object_id))
+		records_replaced = true;
+}
+
+void bump_at_commit(XactEvent event, void *)
+{
+	switch (event) {
+	case XACT_EVENT_PRE_COMMIT:
+	case XACT_EVENT_PARALLEL_PRE_COMMIT:
+	case XACT_EVENT_PRE_PREPARE:
+		if (records_replaced && shared != NULL)
+			bump_epoch(MyDatabaseId);
+		break;
+	case XACT_EVENT_COMMIT:
+	case XACT_EVENT_PARALLEL_COMMIT:
+	case XACT_EVENT_ABORT:
+	case XACT_EVENT_PARALLEL_ABORT:
+	case XACT_EVENT_PREPARE:
+		records_replaced = false;
+		break;
+	}
+}
+
+} // namespace
+
+void cache_register_hooks()
+{
+	previous_object_access = object_access_hook;
+	object_access_hook = note_emptying;
+	RegisterXactCallback(bump_at_commit, NULL);
 }
 
 } // namespace idem

@@ -20,10 +20,14 @@ struct RecordRef;
 
 void cache_request_shmem();
 void cache_init_shmem();
+// In _PG_init of a preloading server: the hooks that keep the cache from
+// answering for an idem_records that a TRUNCATE or DROP emptied.
+void cache_register_hooks();
 
 // Whether a claim of this transaction may use the cache at all: the cache
-// exists, and the transaction runs in READ COMMITTED (in REPEATABLE READ the
-// table path may raise 40001 for a record the snapshot cannot see).
+// exists, the transaction runs in READ COMMITTED (in REPEATABLE READ the
+// table path may raise 40001 for a record the snapshot cannot see), and it
+// has not truncated or dropped an idem_records.
 bool cache_usable();
 
 // The database's invalidation counter. Read it before the table lookup
@@ -31,8 +35,8 @@ bool cache_usable();
 uint64 cache_generation();
 
 // Whether the cache knows ref's key as a live committed record of the
-// current idem_records at `now` (the transaction start). Opens idem_records
-// (RowExclusiveLock, as the table path would) to compare its identity.
+// current idem_records at `now` (the transaction start). Opens no relation:
+// the entry's relation OID and table epoch say whether it is current.
 bool cache_lookup(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now);
 
 // What idem_begin answers for a completed record.

@@ -164,6 +164,7 @@ extern "C" void _PG_init(void)
 		shmem_request_hook = request_shmem;
 		previous_shmem_startup = shmem_startup_hook;
 		shmem_startup_hook = startup_shmem;
+		idem::cache_register_hooks();
 	}
 
 	idem::extension_objects_register_callbacks();

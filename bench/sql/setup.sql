@@ -16,6 +16,12 @@ LANGUAGE sql IMMUTABLE STRICT AS $$ SELECT (k % 10 + 1)::int $$;
 CREATE FUNCTION bench.ver_points(u int, v bigint) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT AS $$ SELECT (u * 31 + v) % 10 + 1 $$;
 
+-- Pattern call_floor: the cheapest function idem_try_insert could be, a
+-- built-in (texteq) declared SECURITY DEFINER, taking the same two text
+-- arguments.
+CREATE FUNCTION bench.call_floor(scope text, key text) RETURNS boolean
+LANGUAGE internal VOLATILE SECURITY DEFINER AS 'texteq';
+
 -- Hand-made dedup tables holding what idem_records holds for a completed
 -- record: scope, key, when, until when. Like idem_records, each is shared by
 -- the patterns that use it (raw_new and raw_dup share consumed; dedup_txn

@@ -376,11 +376,13 @@ Claim decide_and_write(const BeginArgs &args)
 				ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 					errmsg("%s: key was used before with a different payload",
 					       args.fn),
-					errdetail("The record of key \"%s\" in scope \"%s\" has "
-						  "fingerprint %s.",
+					// Not the stored fingerprint: a caller who may
+					// claim keys need not read idem_records, and a
+					// digest lets a guess of a payload be confirmed.
+					errdetail("The record of key \"%s\" in scope \"%s\" was made "
+						  "from a payload with another fingerprint.",
 						  text_to_cstring(args.ref.key),
-						  text_to_cstring(args.ref.scope),
-						  text_to_cstring(r.fingerprint)),
+						  text_to_cstring(args.ref.scope)),
 					errhint("Use a new key for a different message, or configure "
 						"the scope with on_fingerprint_mismatch => 'status'."));
 			// Nothing of the other payload's outcome is shown to this one.

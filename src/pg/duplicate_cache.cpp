@@ -302,19 +302,26 @@ bool settled(HeapTupleHeader h)
 	return HEAP_XMAX_IS_LOCKED_ONLY(mask) || !TransactionIdDidCommit(xmax);
 }
 
-// Finds the entry of ref's key that may answer at `now` and hands it to
-// `answer` under the SHARED lock; returns whether `answer` took it (false
-// when there is none). `answer` must not raise errors. An entry made from
-// another idem_records than the current one is evicted.
-template <typename Answer>
-bool lookup(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now, Answer answer)
+// Whether the cache may have an answer for ref's key in this transaction;
+// sets *hash to the key's hash. Most misses (every new key) end here,
+// without a lock and before anything is allocated.
+bool may_answer(const RecordRef &ref, uint64 *hash)
 {
 	if (!cache_usable() || !exact_id(ref.id))
 		return false;
-	uint64 hash = hash_id(ref.id);
-	// Most misses (every new key) end here, without a lock.
-	if (!may_hold(hash))
-		return false;
+	*hash = hash_id(ref.id);
+	return may_hold(*hash);
+}
+
+// Finds the entry of ref's key (whose hash may_answer gave) that may answer
+// at `now` and hands it to `answer` under the SHARED lock; returns whether
+// `answer` took it (false when there is none). `answer` must not raise
+// errors. An entry made from another idem_records than the current one, or
+// in an earlier epoch, is evicted.
+template <typename Answer>
+bool lookup(const ExtensionObjects &loc, const RecordRef &ref, uint64 hash, TimestampTz now,
+	    Answer answer)
+{
 	Oid relid = loc.records;
 
 	bool hit = false;
@@ -439,13 +446,15 @@ uint64 cache_generation()
 
 bool cache_lookup(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now)
 {
-	return lookup(loc, ref, now, [](const Entry *) { return true; });
+	uint64 hash;
+	return may_answer(ref, &hash) && lookup(loc, ref, hash, now, [](const Entry *) { return true; });
 }
 
 bool cache_lookup_completed(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now,
 			    const text *fingerprint, CachedCompletion *out)
 {
-	if (!cache_usable())
+	uint64 hash;
+	if (!may_answer(ref, &hash))
 		return false;
 	uint8 call_fingerprint[fingerprint_bytes_length];
 	// idem_begin has validated it; an invalid one would only mean a miss.
@@ -458,7 +467,7 @@ bool cache_lookup_completed(const ExtensionObjects &loc, const RecordRef &ref, T
 					       : NULL;
 	Oid completed = loc.status_completed;
 	uint32 result_len = 0;
-	bool hit = lookup(loc, ref, now, [&](Entry *e) {
+	bool hit = lookup(loc, ref, hash, now, [&](Entry *e) {
 		if (!e->replayable || e->status != completed)
 			return false;
 		if (fingerprint != NULL && e->has_fingerprint &&

@@ -41,6 +41,13 @@
 // and the full key id match, and `now` is before E: then the table path
 // would have found the same live record. It opens no relation and takes no
 // lock on it, so a hit costs no lock to take and none to release.
+// idem_try_insert's lookup takes any such entry as a duplicate.
+// idem_begin's takes only a replayable one whose status is completed and
+// whose fingerprint does not differ from the call's (both present and
+// unequal: a miss, and the table path answers the mismatch by the scope's
+// setting); it answers 'completed' with A, J, and no lease or last error,
+// which is what decide_and_write (claim.cpp) would answer for that record
+// at `now`.
 //
 // Table epochs. A TRUNCATE or a DROP of a table named idem_records (DROP
 // EXTENSION, DROP TABLE, DROP SCHEMA ... CASCADE) removes every record at
@@ -54,13 +61,7 @@
 // the transaction itself, which already sees the table emptied, does not
 // use the cache at all from the hook on. (The hook may run before the lock
 // is granted, which is why the bump waits for the commit.) A DROP DATABASE
-// bumps at once: nobody is connected to the database any more. idem_try_insert's lookup takes any such
-// entry as a duplicate. idem_begin's takes only a replayable one whose
-// status is completed and whose fingerprint does not differ from the
-// call's (both present and unequal: a miss, and the table path answers the
-// mismatch by the scope's setting); it answers 'completed' with A, J, and
-// no lease or last error, which is what decide_and_write (claim.cpp) would
-// answer for that record at `now`.
+// bumps at once: nobody is connected to the database any more.
 //
 // Invalidation. Every C path that changes or deletes a record (idem_forget,
 // idem_retry, takeovers in idem_try_insert and idem_begin, idem_begin's

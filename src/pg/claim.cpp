@@ -44,6 +44,7 @@ extern "C" {
 #include "utils/backend_status.h"
 #include "utils/builtins.h"
 #include "utils/jsonb.h"
+#include "utils/memutils.h"
 #include "utils/timestamp.h"
 }
 
@@ -432,12 +433,32 @@ void count_claim(const text *scope, const Claim &c, idem::CacheAnswer cache)
 	idem::stats_add(scope, delta);
 }
 
+// idem_begin's row type, built from its OUT parameters and blessed once per
+// backend instead of on every call, and again for another function (DROP
+// and CREATE EXTENSION give idem_begin a new OID; its OUT parameters cannot
+// change otherwise).
+TupleDesc claim_desc(FunctionCallInfo fcinfo)
+{
+	static Oid desc_fn = InvalidOid;
+	static TupleDesc desc = NULL;
+	if (desc != NULL && desc_fn == fcinfo->flinfo->fn_oid)
+		return desc;
+	TupleDesc built;
+	if (get_call_result_type(fcinfo, NULL, &built) != TYPEFUNC_COMPOSITE || built->natts != 5)
+		elog(ERROR, "pg_idem: idem_begin must return a row of 5 columns");
+	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
+	built = BlessTupleDesc(CreateTupleDescCopy(built));
+	MemoryContextSwitchTo(old);
+	if (desc != NULL)
+		FreeTupleDesc(desc);
+	desc = built;
+	desc_fn = fcinfo->flinfo->fn_oid;
+	return desc;
+}
+
 Datum claim_datum(FunctionCallInfo fcinfo, const Claim &c)
 {
-	TupleDesc desc;
-	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)
-		elog(ERROR, "pg_idem: idem_begin must return a composite type");
-	desc = BlessTupleDesc(desc);
+	TupleDesc desc = claim_desc(fcinfo);
 	Datum values[5] = {CStringGetTextDatum(c.status), Int32GetDatum(c.attempt), c.result,
 			   TimestampTzGetDatum(c.lease_expires_at), PointerGetDatum(c.last_error)};
 	bool nulls[5] = {false, c.attempt == 0, c.result == 0, c.lease_expires_at == 0,

@@ -544,13 +544,6 @@ IDEM_SQL_FUNCTION(idem_begin)
 
 	TimestampTz now = GetCurrentTimestamp();
 	const idem::ExtensionObjects &objects = idem::extension_objects();
-	idem::NewRecord claim = {objects.status_in_progress,
-				 now,
-				 idem::record_expiry(args.fn, now, NULL, args.settings),
-				 lease_end(args, now),
-				 MyProcPid,
-				 MyStartTimestamp,
-				 args.fingerprint};
 	// A recent completed record may be answered from the duplicate cache,
 	// exactly as decide_and_write would answer it at `now`.
 	idem::CacheAnswer cache = idem::CacheAnswer::unused;
@@ -563,6 +556,13 @@ IDEM_SQL_FUNCTION(idem_begin)
 		}
 		cache = idem::CacheAnswer::miss;
 	}
+	idem::NewRecord claim = {objects.status_in_progress,
+				 now,
+				 idem::record_expiry(args.fn, now, NULL, args.settings),
+				 lease_end(args, now),
+				 MyProcPid,
+				 MyStartTimestamp,
+				 args.fingerprint};
 	// The common case, a key seen for the first time, is one insertion
 	// below SQL (with ON CONFLICT DO NOTHING's semantics); anything else is
 	// decided under the record's row lock.

@@ -333,7 +333,7 @@ Claim decide_and_write(const BeginArgs &args)
 	for (int round = 0; round < 100; round++) {
 		// Read before the record, so that a change between that read and
 		// the cache's insertion of what it found is seen (duplicate_cache.cpp).
-		uint64 generation = idem::cache_generation();
+		uint64 generation = idem::cache_generation(args.ref.id);
 		TimestampTz now = GetCurrentTimestamp();
 		Record r = read_record(args.ref, true);
 		idem::ClaimView view = view_of(r, args, now);

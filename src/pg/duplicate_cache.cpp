@@ -27,8 +27,11 @@
 //   - the key id is exact (record_key.hpp's short form): a SHA-256 id is
 //     never cached, so a collision still reaches the table's scope and key
 //     comparison and raises its error,
-//   - the database's invalidation counter, read before the table lookup, is
+//   - the key's invalidation counter, read before the table lookup, is
 //     unchanged when the entry is inserted (checked under the EXCLUSIVE lock).
+//     Counters are per partition of database and key hash, so a change of
+//     another key only refuses an insertion when it falls in the same one of
+//     the `generations` partitions.
 // A record is replayable (idem_begin may answer from its entry) when it is
 // completed, has neither a lease nor a last error (idem_begin returns both
 // columns; idem_complete clears them, but a reconciled record keeps its last
@@ -67,7 +70,7 @@
 // idem_retry, takeovers in idem_try_insert and idem_begin, idem_begin's
 // dead marking, idem_complete, idem_fail, reconciliation, purge) calls
 // cache_invalidate after its modification: under EXCLUSIVE it drops the
-// key's entry and bumps the counter. A populate that read the table before
+// key's entry and bumps the key's counter. A populate that read the table before
 // the modification sees the bump and refuses; one whose entry got in before
 // is removed; one that reads after it sees the xmax (or, after the modifier
 // commits, the new version, which is then the truth; idem_begin's locking
@@ -135,9 +138,12 @@ namespace {
 
 constexpr const char tranche_name[] = "pg_idem duplicate cache";
 constexpr int ways = 8;
-// Invalidation counters; databases share one when their OIDs meet modulo
-// this, which only costs refused insertions.
-constexpr int generations = 64;
+// Invalidation counters, one per partition of (database, key hash): keys
+// that share one only cost each other refused insertions.
+constexpr int generations = 1024;
+// Table epochs; databases share one when their OIDs meet modulo this, which
+// only costs entries that stop answering.
+constexpr int epochs = 64;
 
 struct Entry {
 	uint8 id_len;
@@ -165,7 +171,7 @@ struct SharedCache {
 	pg_atomic_uint64 generation[generations];
 	// Table epochs (file header), shared the same way; bumped under
 	// EXCLUSIVE, read under either lock.
-	pg_atomic_uint64 epoch[generations];
+	pg_atomic_uint64 epoch[epochs];
 	// A tag per entry, a bucket's `ways` tags side by side (32 bytes),
 	// so that a lookup reads the entries whose tag matches only: 0 for an
 	// unused entry, else tag_of(its key's hash). Then the entries.
@@ -192,9 +198,13 @@ Size shared_size()
 			mul_size(mul_size(bucket_count(), ways), entry_size()));
 }
 
-pg_atomic_uint64 *generation_of(Oid dbid) { return &shared->generation[dbid % generations]; }
+pg_atomic_uint64 *generation_of(Oid dbid, uint64 hash)
+{
+	return &shared->generation[(hash ^ (uint64(dbid) * UINT64CONST(0x9E3779B97F4A7C15))) %
+				   generations];
+}
 
-pg_atomic_uint64 *epoch_of(Oid dbid) { return &shared->epoch[dbid % generations]; }
+pg_atomic_uint64 *epoch_of(Oid dbid) { return &shared->epoch[dbid % epochs]; }
 
 Entry *entry_at(Size i)
 {
@@ -416,10 +426,10 @@ void cache_init_shmem()
 		s->buckets = bucket_count();
 		s->entry_size = entry_size();
 		s->result_size = Size(cache_result_size);
-		for (int i = 0; i < generations; i++) {
+		for (int i = 0; i < generations; i++)
 			pg_atomic_init_u64(&s->generation[i], 0);
+		for (int i = 0; i < epochs; i++)
 			pg_atomic_init_u64(&s->epoch[i], 0);
-		}
 	}
 	shared = s;
 	if (!found) {
@@ -435,11 +445,11 @@ bool cache_usable()
 	return shared != NULL && !IsolationUsesXactSnapshot() && !records_replaced;
 }
 
-uint64 cache_generation()
+uint64 cache_generation(const bytea *id)
 {
-	if (shared == NULL)
+	if (shared == NULL || !exact_id(id))
 		return 0;
-	uint64 g = pg_atomic_read_u64(generation_of(MyDatabaseId));
+	uint64 g = pg_atomic_read_u64(generation_of(MyDatabaseId, hash_id(id)));
 	// The table lookup that follows must not be read before the counter.
 	pg_memory_barrier();
 	return g;
@@ -503,7 +513,7 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 	uint64 hash = hash_id(ref.id);
 	size_t len = VARSIZE_ANY_EXHDR(ref.id);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
-	if (pg_atomic_read_u64(generation_of(MyDatabaseId)) == generation) {
+	if (pg_atomic_read_u64(generation_of(MyDatabaseId, hash)) == generation) {
 		uint32 *tags = tags_of_bucket(hash);
 		// The key's own entry first (a key is never in a bucket twice),
 		// then an empty one.
@@ -564,7 +574,7 @@ void cache_invalidate(const bytea *id)
 	uint64 hash = hash_id(id);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	remove_locked(MyDatabaseId, hash, id);
-	pg_atomic_fetch_add_u64(generation_of(MyDatabaseId), 1);
+	pg_atomic_fetch_add_u64(generation_of(MyDatabaseId, hash), 1);
 	LWLockRelease(shared->lock);
 }
 

@@ -30,9 +30,9 @@ void cache_register_hooks();
 // has not truncated or dropped an idem_records.
 bool cache_usable();
 
-// The database's invalidation counter. Read it before the table lookup
-// whose answer may be remembered.
-uint64 cache_generation();
+// The invalidation counter of key id `id` (of its partition). Read it before
+// the table lookup whose answer may be remembered.
+uint64 cache_generation(const bytea *id);
 
 // Whether the cache knows ref's key as a live committed record of the
 // current idem_records at `now` (the transaction start). Opens no relation:

@@ -394,7 +394,7 @@ bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expir
 	if (cache_usable()) {
 		// Read before the lookups below, so that a change between them
 		// and the cache insertion is seen (duplicate_cache.cpp).
-		generation = cache_generation();
+		generation = cache_generation(ref.id);
 		if (cache_lookup(loc, ref, now)) {
 			*cache = CacheAnswer::hit;
 			return false;

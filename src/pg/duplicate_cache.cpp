@@ -118,6 +118,7 @@ extern "C" {
 #include "storage/lwlock.h"
 #include "storage/procarray.h"
 #include "storage/shmem.h"
+#include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 }
@@ -509,6 +510,11 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 	if (!ok)
 		return;
 	Replay replay = replay_of(record);
+	if (test_cache_fill_lock != 0) {
+		Datum key = Int64GetDatum(test_cache_fill_lock);
+		DirectFunctionCall1(pg_advisory_lock_int8, key);
+		DirectFunctionCall1(pg_advisory_unlock_int8, key);
+	}
 
 	uint64 hash = hash_id(ref.id);
 	size_t len = VARSIZE_ANY_EXHDR(ref.id);

@@ -69,6 +69,7 @@ bool purge_yield = true;
 int stats_max_scopes = 1000;
 int cache_size = 0;
 int cache_result_size = 256;
+int test_cache_fill_lock = 0;
 }
 
 extern "C" void _PG_init(void)
@@ -155,6 +156,14 @@ extern "C" void _PG_init(void)
 					"NULL results. Needs pg_idem in shared_preload_libraries.",
 					&idem::cache_result_size, 256, 0, 65536, PGC_POSTMASTER,
 					GUC_UNIT_BYTE, NULL, NULL, NULL);
+	if (process_shared_preload_libraries_in_progress)
+		DefineCustomIntVariable("pg_idem.test_cache_fill_lock",
+					"For tests only: before the duplicate cache inserts an entry, "
+					"wait for the advisory lock with this key (0: off).",
+					"Lets an isolation spec change a record between the table "
+					"read and the insertion.",
+					&idem::test_cache_fill_lock, 0, 0, INT_MAX, PGC_SUSET,
+					GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
 
 	MarkGUCPrefixReserved("pg_idem");
 

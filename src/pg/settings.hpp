@@ -35,4 +35,9 @@ extern int cache_size;
 // it; 0: only NULL results.
 extern int cache_result_size;
 
+// pg_idem.test_cache_fill_lock: for tests only (0: off). Before the duplicate
+// cache inserts an entry, the backend waits for the advisory lock with this
+// key, so that an isolation spec can change the record in between.
+extern int test_cache_fill_lock;
+
 } // namespace idem

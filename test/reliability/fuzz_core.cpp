@@ -91,8 +91,13 @@ void fuzz_window(const uint8_t *data, size_t size)
 		int64_t position;
 		memcpy(&position, data, 8);
 		position &= INT64_MAX;
-		if (data[8] & 1)
-			position = (w.high() > 0 ? w.high() : 0) + (position % 100) - 50;
+		if (data[8] & 1) {
+			// Near the window's high end, without overflowing past
+			// INT64_MAX (a high end there is a valid state).
+			int64_t base = w.high() > 0 ? w.high() : 0;
+			int64_t delta = position % 100 - 50;
+			position = delta > 0 && base > INT64_MAX - delta ? INT64_MAX : base + delta;
+		}
 		if (position < 0)
 			position = 0;
 		int32_t window = int32_t((data[8] >> 1) | (data[9] << 7)) % (idem::replay_window_max + 1);

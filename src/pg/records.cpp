@@ -392,14 +392,15 @@ bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expir
 	uint64 generation = 0;
 	const uint64 *cache_from = NULL;
 	if (cache_usable()) {
-		// Read before the lookups below, so that a change between them
-		// and the cache insertion is seen (duplicate_cache.cpp).
-		generation = cache_generation(ref.id);
 		if (cache_lookup(loc, ref, now)) {
 			*cache = CacheAnswer::hit;
 			return false;
 		}
 		*cache = CacheAnswer::miss;
+		// Read before the table lookups below (a hit needs none), so
+		// that a change between them and the cache insertion is seen
+		// (duplicate_cache.cpp).
+		generation = cache_generation(ref.id);
 		cache_from = &generation;
 	}
 	NewRecord record = {loc.status_completed, now, expires_at, 0, 0, 0, NULL};

@@ -87,6 +87,20 @@ DROP ROLE regress_idem_stats_reader;
 SELECT idem_stats_reset();
 SELECT count(*) AS rows_after_reset FROM idem_stats WHERE database = current_database();
 
+-- A backend counts its last 8 scopes in a slot of its own, and moves the
+-- oldest one's counts to the shared table when it counts a ninth: 12 scopes
+-- counted in turn, three rounds, two new keys and a duplicate each, are
+-- each counted exactly.
+SELECT count(*) FILTER (WHERE idem_try_insert('stats-slot-' || s, (r % 2)::text)) AS claims
+FROM generate_series(1, 3) r, generate_series(1, 12) s;
+SELECT scope, claims, duplicates FROM idem_stats
+WHERE database = current_database() ORDER BY scope;
+-- A reset drops what the slot holds too: counting starts again from zero.
+SELECT idem_stats_reset();
+SELECT idem_try_insert('stats-slot-1', 'after the reset');
+SELECT scope, claims, duplicates FROM idem_stats
+WHERE database = current_database() ORDER BY scope;
+
 DELETE FROM idem_records;
 DELETE FROM idem_scopes;
 DROP FUNCTION stats_effect_happened(text, text);

@@ -10,7 +10,8 @@
 // to a last entry shared by all databases (database NULL). So every count
 // lands somewhere and nothing ever fails for lack of room.
 //
-// Locking, pg_stat_statements' protocol:
+// Locking. The shared table follows pg_stat_statements' protocol; counting
+// goes through a slot of the counting backend's own first:
 // - shared->lock, the LWLock of the tranche "pg_idem stats", protects the
 //   hash table's structure and the entry counts in the header. Looking an
 //   entry up takes it SHARED; creating entries (the first count of a new
@@ -19,15 +20,38 @@
 // - Each entry's mutex, a spinlock, protects its counters. Adding to them or
 //   reading them needs the LWLock in either mode (so that the entry cannot
 //   vanish) and the mutex, held for a few instructions.
-// - So the hot path is: SHARED, find, spinlock, add, release both. Nothing
-//   that can raise an error runs under a spinlock; under the LWLock only
-//   hash searches, except that idem_stats() pallocs its copy under SHARED
-//   (an error there releases the lock with the transaction, as in
+// - Backend slots. Every backend (by its BackendId) has a slot in shared
+//   memory, written by it alone, with the counts of the last
+//   slot_scopes scopes it counted, each tagged with the key of the entry
+//   its counts belong to (its own, or the "other" entry it was routed to).
+//   A count is an addition to the backend's own slot, between two
+//   increments of the slot's changecount (odd while it writes), as
+//   PgBackendStatus is written: no lock, no atomic operation, no cache line
+//   that another backend writes. So the hot path contends with nobody. The
+//   LWLock (SHARED) is taken only when a backend counts a scope that is not
+//   in its slot: it routes the scope to its entry (creating it under
+//   EXCLUSIVE), and when the slot is full it first adds its oldest scope's
+//   counts to that scope's entry (under the mutex) and clears them.
+// - Readers (idem_stats) take the LWLock EXCLUSIVE, so that no such move
+//   from a slot to an entry is half done, copy the entries, then add every
+//   slot's counts, each slot copied until its changecount is even and
+//   unchanged across the copy (as pgstat_read_current_status does).
+// - A reset bumps shared->generation under EXCLUSIVE. Slots of an earlier
+//   generation count for nothing: readers skip them, and their owner
+//   clears them at its next count. A count made while a reset runs may be
+//   lost with the rest; it happened as good as before the reset.
+// - A backend that exits leaves its slot as it is: its counts still show,
+//   and the next backend with its BackendId moves them to their entries
+//   before it counts anything.
+// - Nothing that can raise an error runs under a spinlock; under the LWLock
+//   only hash searches, except that idem_stats() pallocs its copy under
+//   EXCLUSIVE (an error there releases the lock with the transaction, as in
 //   pg_stat_statements).
 // - At server start and at shutdown the postmaster reads and writes the
-//   table without any lock, spinlocks included: no other process exists at
-//   those moments, and one that was killed by an immediate shutdown may
-//   have left a spinlock held.
+//   table and the slots without any lock, spinlocks included: no other
+//   process exists at those moments, and one that was killed by an
+//   immediate shutdown may have left a spinlock held. At shutdown it first
+//   adds every slot's counts to their entries.
 //
 // The stats file. When the postmaster exits normally (a smart, fast or
 // immediate shutdown) it writes every entry to pg_stat/pg_idem_stats.stat
@@ -45,6 +69,8 @@ extern "C" {
 #include "funcapi.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "port/atomics.h"
+#include "storage/backendid.h"
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -100,6 +126,12 @@ struct Counts {
 	int64 counts[stat_counters];
 };
 
+// idem_stats()'s index of its rows.
+struct RowOfKey {
+	Key key;
+	long row;
+};
+
 struct FileHeader {
 	uint32 magic;
 	uint32 format;
@@ -109,15 +141,50 @@ struct FileHeader {
 
 struct SharedStats {
 	LWLock *lock;
-	int scopes;	      // entries with a scope
-	int others;	      // "other" entries of a database
-	Entry all_databases; // the last resort, dbid InvalidOid
+	int scopes;			 // entries with a scope
+	int others;			 // "other" entries of a database
+	pg_atomic_uint32 generation; // bumped by every reset
+	int slots;			 // backend slots, one per BackendId
+	Size slot_size;			 // the slots are slot_size apart
+	Entry all_databases;		 // the last resort, dbid InvalidOid
+};
+
+// The scopes a backend slot holds; a backend that counts more in turn moves
+// the oldest one's counts to its entry.
+constexpr int slot_scopes = 8;
+
+struct SlotScope {
+	Key routed; // the key of the entry the counts belong to
+	int64 counts[stat_counters];
+};
+
+// A backend's slot (file header). Written by its owner only.
+struct BackendSlot {
+	uint32 changecount; // odd while the owner writes
+	uint32 generation;  // shared->generation when its counts began
+	int used;	    // scopes[0 .. used) hold counts
+	SlotScope scopes[slot_scopes];
 };
 
 SharedStats *shared = NULL;
 HTAB *table = NULL;
+char *slots_area = NULL;
+
+// This process's slot: what it has adopted, and the scope (not routed)
+// each of its scopes[] counts, in the same order.
+struct OwnSlot {
+	BackendSlot *slot; // NULL until adopted (or no BackendId)
+	uint32 generation;
+	int next_evicted; // round robin over scopes[] once full
+	Key counted[slot_scopes];
+};
+OwnSlot own = {NULL, 0, 0, {}};
 
 long table_size() { return long(stats_max_scopes) + max_other_entries; }
+
+Size slot_size() { return CACHELINEALIGN(sizeof(BackendSlot)); }
+
+BackendSlot *slot_at(int i) { return reinterpret_cast<BackendSlot *>(slots_area + Size(i) * shared->slot_size); }
 
 void make_key(Key *key, Oid dbid, const char *scope, size_t len)
 {
@@ -197,12 +264,96 @@ Entry *route(const Key *key, bool may_create)
 	return &shared->all_databases;
 }
 
+// The entry whose key is `routed` (a key route() gave), or NULL once a
+// reset removed it. Under the LWLock, or alone.
+Entry *entry_of(const Key *routed)
+{
+	return routed->dbid == InvalidOid ? &shared->all_databases : find(routed);
+}
+
+// Under the LWLock.
+void add_counts(Entry *entry, const int64 *counts)
+{
+	SpinLockAcquire(&entry->mutex);
+	for (int i = 0; i < stat_counters; i++)
+		entry->counts[i] += counts[i];
+	SpinLockRelease(&entry->mutex);
+}
+
+bool same_key(const Key &a, const Key &b)
+{
+	return a.dbid == b.dbid && a.scope_len == b.scope_len &&
+	       memcmp(a.scope, b.scope, a.scope_len) == 0;
+}
+
+// The owner's write of its slot, as PGSTAT_BEGIN_WRITE_ACTIVITY.
+void begin_slot_write(BackendSlot *slot)
+{
+	slot->changecount++;
+	pg_write_barrier();
+}
+
+void end_slot_write(BackendSlot *slot)
+{
+	pg_write_barrier();
+	slot->changecount++;
+}
+
+// In a write of the owner, under the LWLock: moves one scope's counts to
+// their entry.
+void move_to_entry(SlotScope *scope)
+{
+	Entry *entry = entry_of(&scope->routed);
+	if (entry != NULL)
+		add_counts(entry, scope->counts);
+	memset(scope->counts, 0, sizeof scope->counts);
+}
+
+// Under the LWLock: makes our BackendId's slot ours, in generation `gen`.
+// Counts a previous owner left in this generation move to their entries;
+// those of an earlier generation were reset.
+void adopt(BackendSlot *slot, uint32 gen)
+{
+	begin_slot_write(slot);
+	if (slot->generation == gen)
+		for (int i = 0; i < slot->used && i < slot_scopes; i++)
+			move_to_entry(&slot->scopes[i]);
+	slot->used = 0;
+	slot->generation = gen;
+	end_slot_write(slot);
+	own.slot = slot;
+	own.generation = gen;
+	own.next_evicted = 0;
+}
+
+// The hot path: adds to our slot if it holds key's scope in the current
+// generation; false if it does not.
+bool add_to_own_slot(const Key &key, const int64 *counts)
+{
+	BackendSlot *slot = own.slot;
+	if (slot == NULL || pg_atomic_read_u32(&shared->generation) != own.generation)
+		return false;
+	for (int i = 0; i < slot->used; i++) {
+		if (!same_key(own.counted[i], key))
+			continue;
+		begin_slot_write(slot);
+		for (int c = 0; c < stat_counters; c++)
+			slot->scopes[i].counts[c] += counts[c];
+		end_slot_write(slot);
+		return true;
+	}
+	return false;
+}
+
 void add(Oid dbid, const char *scope, size_t len, const int64 *counts)
 {
 	if (shared == NULL)
 		return;
 	Key key;
 	make_key(&key, dbid, scope, len);
+	if (add_to_own_slot(key, counts))
+		return;
+
 	LWLockAcquire(shared->lock, LW_SHARED);
 	Entry *entry = route(&key, false);
 	if (entry == NULL) {
@@ -212,11 +363,69 @@ void add(Oid dbid, const char *scope, size_t len, const int64 *counts)
 		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 		entry = route(&key, true);
 	}
-	SpinLockAcquire(&entry->mutex);
-	for (int i = 0; i < stat_counters; i++)
-		entry->counts[i] += counts[i];
-	SpinLockRelease(&entry->mutex);
+	BackendSlot *slot =
+	    MyBackendId >= 1 && MyBackendId <= shared->slots ? slot_at(MyBackendId - 1) : NULL;
+	if (slot == NULL) {
+		add_counts(entry, counts);
+		LWLockRelease(shared->lock);
+		return;
+	}
+	// Under the lock, the generation cannot change.
+	uint32 gen = pg_atomic_read_u32(&shared->generation);
+	if (own.slot != slot || own.generation != gen)
+		adopt(slot, gen);
+	begin_slot_write(slot);
+	int i;
+	if (slot->used < slot_scopes) {
+		i = slot->used++;
+	} else {
+		i = own.next_evicted;
+		own.next_evicted = (i + 1) % slot_scopes;
+		move_to_entry(&slot->scopes[i]);
+	}
+	slot->scopes[i].routed = entry->key;
+	memcpy(slot->scopes[i].counts, counts, sizeof slot->scopes[i].counts);
+	own.counted[i] = key;
+	end_slot_write(slot);
 	LWLockRelease(shared->lock);
+}
+
+// A consistent copy of a slot (file header); the reader holds EXCLUSIVE.
+// Alone (the postmaster at shutdown), the slot is taken as it is: its
+// owner may have been killed in the middle of a write.
+void copy_slot(const BackendSlot *slot, BackendSlot *out, bool alone)
+{
+	const volatile BackendSlot *v = slot;
+	for (;;) {
+		uint32 before = v->changecount;
+		pg_read_barrier();
+		if ((before & 1) == 0 || alone) {
+			out->generation = v->generation;
+			out->used = Max(0, Min(int(v->used), slot_scopes));
+			memcpy(out->scopes, const_cast<const SlotScope *>(slot->scopes),
+			       sizeof(SlotScope) * out->used);
+			pg_read_barrier();
+			if (v->changecount == before || alone)
+				return;
+		}
+		pg_spin_delay();
+	}
+}
+
+// Under EXCLUSIVE, or alone: calls add_to(routed key, counts) for every
+// scope of every slot of the current generation.
+template <typename Add>
+void for_each_slot_scope(bool alone, Add add_to)
+{
+	uint32 gen = pg_atomic_read_u32(&shared->generation);
+	BackendSlot copy;
+	for (int b = 0; b < shared->slots; b++) {
+		copy_slot(slot_at(b), &copy, alone);
+		if (copy.generation != gen)
+			continue;
+		for (int i = 0; i < copy.used; i++)
+			add_to(copy.scopes[i].routed, copy.scopes[i].counts);
+	}
 }
 
 // Under EXCLUSIVE (or alone): forgets every entry.
@@ -322,6 +531,11 @@ void write_file(int code, Datum)
 {
 	if (code != 0 || shared == NULL || table == NULL)
 		return;
+	for_each_slot_scope(true, [](const Key &routed, const int64 *counts) {
+		if (Entry *entry = entry_of(&routed))
+			for (int i = 0; i < stat_counters; i++)
+				entry->counts[i] += counts[i];
+	});
 	FILE *file = AllocateFile(temp_path, PG_BINARY_W);
 	bool ok = file != NULL && write_entries(file);
 	int saved_errno = errno;
@@ -355,6 +569,7 @@ void stats_request_shmem()
 {
 	RequestAddinShmemSpace(MAXALIGN(sizeof(SharedStats)));
 	RequestAddinShmemSpace(hash_estimate_size(table_size(), sizeof(Entry)));
+	RequestAddinShmemSpace(mul_size(Size(MaxBackends), slot_size()) + PG_CACHE_LINE_SIZE);
 	RequestNamedLWLockTranche(tranche_name, 1);
 }
 
@@ -363,6 +578,8 @@ void stats_init_shmem()
 	// Again after a crash: the postmaster builds shared memory anew.
 	shared = NULL;
 	table = NULL;
+	slots_area = NULL;
+	own.slot = NULL;
 	bool found;
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
 	SharedStats *s = static_cast<SharedStats *>(
@@ -371,6 +588,9 @@ void stats_init_shmem()
 		s->lock = &(GetNamedLWLockTranche(tranche_name))->lock;
 		s->scopes = 0;
 		s->others = 0;
+		pg_atomic_init_u32(&s->generation, 0);
+		s->slots = MaxBackends;
+		s->slot_size = slot_size();
 		memset(&s->all_databases.key, 0, sizeof s->all_databases.key);
 		init_entry(&s->all_databases);
 	}
@@ -380,6 +600,12 @@ void stats_init_shmem()
 	info.entrysize = sizeof(Entry);
 	table = ShmemInitHash("pg_idem stats hash", table_size(), table_size(), &info,
 			      HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	char *area = static_cast<char *>(ShmemInitStruct(
+	    "pg_idem stats backends", mul_size(Size(s->slots), s->slot_size) + PG_CACHE_LINE_SIZE,
+	    &found));
+	slots_area = reinterpret_cast<char *>(CACHELINEALIGN(area));
+	if (!found)
+		memset(slots_area, 0, mul_size(Size(s->slots), s->slot_size));
 	shared = s;
 	LWLockRelease(AddinShmemInitLock);
 
@@ -448,8 +674,9 @@ IDEM_SQL_FUNCTION(idem_stats)
 	InitMaterializedSRF(fcinfo, 0);
 	ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
 
-	// Copied under the lock, turned into rows without it.
-	LWLockAcquire(shared->lock, LW_SHARED);
+	// Copied under the lock (EXCLUSIVE: no backend is moving counts from
+	// its slot to an entry), turned into rows without it.
+	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	long n = hash_get_num_entries(table);
 	Counts *rows = static_cast<Counts *>(palloc(sizeof(Counts) * (n + 1)));
 	long used = 0;
@@ -458,10 +685,27 @@ IDEM_SQL_FUNCTION(idem_stats)
 	Entry *entry;
 	while ((entry = static_cast<Entry *>(hash_seq_search(&seq))) != NULL)
 		copy_counts(&rows[used++], entry);
-	copy_counts(&rows[used], &shared->all_databases);
-	if (any_counts(rows[used].counts))
-		used++;
+	copy_counts(&rows[used++], &shared->all_databases);
+	// Each slot scope's counts go to the row of its entry.
+	HASHCTL info;
+	memset(&info, 0, sizeof info);
+	info.keysize = sizeof(Key);
+	info.entrysize = sizeof(RowOfKey);
+	info.hcxt = CurrentMemoryContext;
+	HTAB *row_of = hash_create("idem_stats rows", used, &info,
+				   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	for (long r = 0; r < used; r++)
+		static_cast<RowOfKey *>(hash_search(row_of, &rows[r].key, HASH_ENTER, NULL))->row = r;
+	for_each_slot_scope(false, [&](const Key &routed, const int64 *counts) {
+		RowOfKey *found = static_cast<RowOfKey *>(hash_search(row_of, &routed, HASH_FIND, NULL));
+		if (found != NULL)
+			for (int i = 0; i < stat_counters; i++)
+				rows[found->row].counts[i] += counts[i];
+	});
 	LWLockRelease(shared->lock);
+	// The last resort row shows only once it has counted something.
+	if (!any_counts(rows[used - 1].counts))
+		used--;
 
 	for (long r = 0; r < used; r++) {
 		const Counts &row = rows[r];
@@ -490,6 +734,8 @@ IDEM_SQL_FUNCTION(idem_stats_reset)
 	require_preloaded("idem_stats_reset");
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	clear_table();
+	// Every slot's counts are of the old generation now (file header).
+	pg_atomic_fetch_add_u32(&shared->generation, 1);
 	LWLockRelease(shared->lock);
 	PG_RETURN_VOID();
 }

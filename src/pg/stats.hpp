@@ -34,8 +34,9 @@ void stats_init_shmem();
 // Whether counts are kept at all (pg_idem preloaded).
 bool stats_enabled();
 
-// Adds to the counters of `scope` in the current database. Cheap: a shared
-// lock and a spinlock, never an error. A call counts when it returns, so
+// Adds to the counters of `scope` in the current database. Cheap: a few
+// writes to this backend's own slot, no lock (the shared lock only for a
+// scope not in the slot), never an error. A call counts when it returns, so
 // the calls of a transaction that rolls back count too.
 void stats_add(const text *scope, const StatsDelta &delta);
 void stats_count(const text *scope, StatCounter counter, int64 n = 1);

@@ -79,26 +79,37 @@
 // on idem_records goes through the row trigger below (README).
 //
 // The table. cache_size entries rounded up to whole buckets of `ways`
-// entries (set associative): a key lives only in bucket hash % buckets, so
+// entries (set associative): a key lives only in one bucket (bucket_of), so
 // a lookup reads the bucket's `ways` tags (the high 32 bits of the hash, side
-// by side in 32 bytes) and only the entries whose tag matches (at most
-// `ways`, almost always one or none), and insertion replaces an empty
-// entry, else an expired one, else the first without its reference bit
-// (clearing bits as it goes: a clock within the bucket). An entry is an
-// Entry followed by room for a result of cache_result_size bytes, so the
-// entries are entry_size apart. Nothing is allocated after start. Shared
-// memory is rebuilt after a crash, so the cache starts empty after any
-// restart.
+// by side in the bucket's first cache line) and only the entries whose tag
+// matches (at most `ways`, almost always one or none), and insertion
+// replaces an empty entry, else an expired one, else the first without its
+// reference bit (clearing bits as it goes: a clock within the bucket). A
+// bucket is its tag line followed by its entries, so that a lookup's two
+// reads mostly fall in one page (with random keys over a large cache, each
+// read is a cache miss, and one in another page also a TLB miss). An entry
+// is an Entry, whose first cache line holds what a lookup compares, followed
+// by room for a result of cache_result_size bytes, rounded up to whole cache
+// lines. Nothing is allocated after start. Shared memory is rebuilt after a
+// crash, so the cache starts empty after any restart.
 //
-// Locking: shared->lock (tranche "pg_idem duplicate cache") SHARED for
-// lookups, EXCLUSIVE for insertion, removal and eviction. A lookup first
-// reads its bucket's tags without the lock (may_hold) and misses at once if
-// none is its key's; only a miss can come of that unlocked read. An entry's
-// fields change only under EXCLUSIVE; the reference bit is an atomic set
-// under SHARED. The counters are atomics, bumped under EXCLUSIVE, read
-// without the lock before a table lookup (followed by a barrier) and again
-// under EXCLUSIVE before an insertion. Nothing that can raise an error
-// (detoasting, palloc) runs under the lock.
+// Locking: shared->lock (tranche "pg_idem duplicate cache") EXCLUSIVE for
+// insertion, removal and eviction; lookups take no lock. Each bucket has a
+// version, in its tag line, that a writer makes odd before it changes the
+// bucket's tags or entries and even again after (a seqlock, as
+// PgBackendStatus's changecount): a lookup reads the version, then the tags
+// and the entry, then the version again, and answers only if it was even
+// and unchanged; otherwise what it read may be torn, and it misses. So a
+// lookup writes nothing to shared memory but an entry's reference bit, and
+// only when the bit is clear; it contends with no other lookup. What a
+// lookup copies before the second read of the version is bounded (key and
+// result lengths) so that torn values cannot overrun anything. A lookup
+// first reads its bucket's tags (may_hold) and misses at once if none is
+// its key's. The reference bit is atomic. The counters and epochs are
+// atomics, bumped under EXCLUSIVE, read without the lock (a counter before
+// a table lookup, followed by a barrier, and again under EXCLUSIVE before
+// an insertion). Nothing that can raise an error (detoasting, palloc) runs
+// under the lock.
 extern "C" {
 #include "postgres.h"
 
@@ -146,37 +157,48 @@ constexpr int generations = 1024;
 // only costs entries that stop answering.
 constexpr int epochs = 64;
 
+// What a lookup compares comes first: in the first cache line for ids of up
+// to 25 bytes (scope and key of about 20 bytes together).
 struct Entry {
-	uint8 id_len;
-	bool replayable;      // idem_begin may answer from it (file header)
-	bool has_fingerprint; // then `fingerprint` holds its bytes
-	Oid dbid;
-	Oid relid;
-	Oid status;
-	int32 attempts;
-	uint32 result_len; // bytes of the kept result after the entry; 0: NULL
 	uint64 hash;
 	uint64 epoch; // the database's table epoch when it was made
 	TimestampTz expires_at;
+	Oid dbid;
+	Oid relid;
 	pg_atomic_uint32 referenced;
+	uint8 id_len;
+	bool replayable;      // idem_begin may answer from it (file header)
+	bool has_fingerprint; // then `fingerprint` holds its bytes
 	uint8 id[max_key_id_bytes];
+	Oid status;
+	int32 attempts;
+	uint32 result_len; // bytes of the kept result after the entry; 0: NULL
 	uint8 fingerprint[fingerprint_bytes_length];
 	// Followed by the room for a result: entry_size in all.
 };
+static_assert(offsetof(Entry, id) + 25 <= PG_CACHE_LINE_SIZE,
+	      "a lookup of a short id reads one cache line of its entry");
+
+// A bucket: its tags and version, one cache line, then its `ways` entries.
+struct BucketTags {
+	uint32 tag[ways]; // 0 for an unused entry, else tag_of(its key's hash)
+	uint32 version;	  // odd while a writer changes the bucket (file header)
+};
+
+constexpr Size tag_line_size = TYPEALIGN(PG_CACHE_LINE_SIZE, sizeof(BucketTags));
 
 struct SharedCache {
 	LWLock *lock;
 	int buckets;
 	Size entry_size;
+	Size bucket_size;
 	Size result_size; // pg_idem.cache_result_size, as the table was built
 	pg_atomic_uint64 generation[generations];
 	// Table epochs (file header), shared the same way; bumped under
 	// EXCLUSIVE, read under either lock.
 	pg_atomic_uint64 epoch[epochs];
-	// A tag per entry, a bucket's `ways` tags side by side (32 bytes),
-	// so that a lookup reads the entries whose tag matches only: 0 for an
-	// unused entry, else tag_of(its key's hash). Then the entries.
-	char tags_and_entries[FLEXIBLE_ARRAY_MEMBER];
+	// The buckets, from the first cache line boundary on.
+	char buckets_area[FLEXIBLE_ARRAY_MEMBER];
 };
 
 SharedCache *shared = NULL;
@@ -189,14 +211,15 @@ object_access_hook_type previous_object_access = NULL;
 
 int bucket_count() { return (cache_size + ways - 1) / ways; }
 
-Size entry_size() { return MAXALIGN(sizeof(Entry) + Size(cache_result_size)); }
+Size entry_size() { return TYPEALIGN(PG_CACHE_LINE_SIZE, sizeof(Entry) + Size(cache_result_size)); }
 
-Size tags_size() { return MAXALIGN(mul_size(mul_size(bucket_count(), ways), sizeof(uint32))); }
+Size bucket_size() { return tag_line_size + ways * entry_size(); }
 
 Size shared_size()
 {
-	return add_size(add_size(MAXALIGN(offsetof(SharedCache, tags_and_entries)), tags_size()),
-			mul_size(mul_size(bucket_count(), ways), entry_size()));
+	// Room to move the buckets to a cache line boundary.
+	return add_size(offsetof(SharedCache, buckets_area) + PG_CACHE_LINE_SIZE,
+			mul_size(Size(bucket_count()), bucket_size()));
 }
 
 pg_atomic_uint64 *generation_of(Oid dbid, uint64 hash)
@@ -207,10 +230,13 @@ pg_atomic_uint64 *generation_of(Oid dbid, uint64 hash)
 
 pg_atomic_uint64 *epoch_of(Oid dbid) { return &shared->epoch[dbid % epochs]; }
 
-Entry *entry_at(Size i)
+// The bucket of `hash`, from its low 32 bits (multiplied and shifted rather
+// than divided); the tag is made of the high ones.
+char *bucket_of(uint64 hash)
 {
-	return reinterpret_cast<Entry *>(shared->tags_and_entries + tags_size() +
-					 i * shared->entry_size);
+	char *first = reinterpret_cast<char *>(CACHELINEALIGN(shared->buckets_area));
+	uint64 index = (uint64(uint32(hash)) * uint64(shared->buckets)) >> 32;
+	return first + index * shared->bucket_size;
 }
 
 char *result_of(Entry *e) { return reinterpret_cast<char *>(e) + sizeof(Entry); }
@@ -230,14 +256,32 @@ uint64 hash_id(const bytea *id)
 // The i-th entry (0 <= i < ways) of the bucket of `hash`.
 Entry *in_bucket(uint64 hash, int i)
 {
-	return entry_at((hash % uint64(shared->buckets)) * ways + Size(i));
+	return reinterpret_cast<Entry *>(bucket_of(hash) + tag_line_size + Size(i) * shared->entry_size);
 }
 
+BucketTags *bucket_tags(uint64 hash) { return reinterpret_cast<BucketTags *>(bucket_of(hash)); }
+
 // The `ways` tags of the bucket of `hash`.
-uint32 *tags_of_bucket(uint64 hash)
+uint32 *tags_of_bucket(uint64 hash) { return bucket_tags(hash)->tag; }
+
+// Under EXCLUSIVE, around every change of a bucket's tags or entries.
+void begin_change(uint64 hash)
 {
-	return reinterpret_cast<uint32 *>(shared->tags_and_entries) +
-	       (hash % uint64(shared->buckets)) * ways;
+	BucketTags *b = bucket_tags(hash);
+	b->version = b->version + 1;
+	pg_write_barrier();
+}
+
+void end_change(uint64 hash)
+{
+	BucketTags *b = bucket_tags(hash);
+	pg_write_barrier();
+	b->version = b->version + 1;
+}
+
+uint32 read_version(uint64 hash)
+{
+	return static_cast<const volatile BucketTags *>(bucket_tags(hash))->version;
 }
 
 uint32 tag_of(uint64 hash) { return uint32(hash >> 32) | 1; }
@@ -279,8 +323,11 @@ bool may_hold(uint64 hash)
 void remove_locked(Oid dbid, uint64 hash, const bytea *id)
 {
 	int slot = find_slot(dbid, hash, id);
-	if (slot >= 0)
+	if (slot >= 0) {
+		begin_change(hash);
 		tags_of_bucket(hash)[slot] = 0;
+		end_change(hash);
+	}
 }
 
 // Whether a transaction id has ended and is not ours (prepared transactions
@@ -326,31 +373,39 @@ bool may_answer(const RecordRef &ref, uint64 *hash)
 }
 
 // Finds the entry of ref's key (whose hash may_answer gave) that may answer
-// at `now` and hands it to `answer` under the SHARED lock; returns whether
-// `answer` took it (false when there is none). `answer` must not raise
-// errors. An entry made from another idem_records than the current one, or
-// in an earlier epoch, is evicted.
+// at `now` and hands it to `answer`, which copies what it needs; returns
+// whether `answer` took it and the bucket did not change meanwhile (false
+// when there is none). Without a lock (file header): `answer` must not
+// raise errors, must bound what it copies, and its copy counts only if this
+// returns true. An entry made from another idem_records than the current
+// one, or in an earlier epoch, is evicted.
 template <typename Answer>
 bool lookup(const ExtensionObjects &loc, const RecordRef &ref, uint64 hash, TimestampTz now,
 	    Answer answer)
 {
 	Oid relid = loc.records;
 
+	uint32 version = read_version(hash);
+	if (version % 2 != 0)
+		return false;
+	pg_read_barrier();
 	bool hit = false;
 	bool stale = false;
-	LWLockAcquire(shared->lock, LW_SHARED);
 	uint64 epoch = pg_atomic_read_u64(epoch_of(MyDatabaseId));
 	int slot = find_slot(MyDatabaseId, hash, ref.id);
-	if (slot >= 0) {
-		Entry *e = in_bucket(hash, slot);
-		if (e->relid != relid || e->epoch != epoch) {
+	Entry *e = slot >= 0 ? in_bucket(hash, slot) : NULL;
+	if (e != NULL) {
+		if (e->relid != relid || e->epoch != epoch)
 			stale = true;
-		} else if (now < e->expires_at && answer(e)) {
-			hit = true;
-			pg_atomic_write_u32(&e->referenced, 1);
-		}
+		else
+			hit = now < e->expires_at && answer(e);
 	}
-	LWLockRelease(shared->lock);
+	pg_read_barrier();
+	if (read_version(hash) != version)
+		return false;
+	// Written only when clear: a hit leaves the line clean.
+	if (hit && pg_atomic_read_u32(&e->referenced) == 0)
+		pg_atomic_write_u32(&e->referenced, 1);
 	if (stale) {
 		// Made from another idem_records, or before it was emptied:
 		// evict.
@@ -358,9 +413,12 @@ bool lookup(const ExtensionObjects &loc, const RecordRef &ref, uint64 hash, Time
 		epoch = pg_atomic_read_u64(epoch_of(MyDatabaseId));
 		slot = find_slot(MyDatabaseId, hash, ref.id);
 		if (slot >= 0) {
-			Entry *e = in_bucket(hash, slot);
-			if (e->relid != relid || e->epoch != epoch)
+			e = in_bucket(hash, slot);
+			if (e->relid != relid || e->epoch != epoch) {
+				begin_change(hash);
 				tags_of_bucket(hash)[slot] = 0;
+				end_change(hash);
+			}
 		}
 		LWLockRelease(shared->lock);
 	}
@@ -426,6 +484,7 @@ void cache_init_shmem()
 		s->lock = &(GetNamedLWLockTranche(tranche_name))->lock;
 		s->buckets = bucket_count();
 		s->entry_size = entry_size();
+		s->bucket_size = bucket_size();
 		s->result_size = Size(cache_result_size);
 		for (int i = 0; i < generations; i++)
 			pg_atomic_init_u64(&s->generation[i], 0);
@@ -434,9 +493,17 @@ void cache_init_shmem()
 	}
 	shared = s;
 	if (!found) {
-		memset(s->tags_and_entries, 0, tags_size());
-		for (Size i = 0; i < Size(s->buckets) * ways; i++)
-			pg_atomic_init_u32(&entry_at(i)->referenced, 0);
+		for (int b = 0; b < s->buckets; b++) {
+			char *bucket = reinterpret_cast<char *>(CACHELINEALIGN(s->buckets_area)) +
+				       Size(b) * s->bucket_size;
+			memset(bucket, 0, tag_line_size);
+			for (int i = 0; i < ways; i++)
+				pg_atomic_init_u32(
+				    &reinterpret_cast<Entry *>(bucket + tag_line_size +
+							       Size(i) * s->entry_size)
+					 ->referenced,
+				    0);
+		}
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -487,6 +554,9 @@ bool cache_lookup_completed(const ExtensionObjects &loc, const RecordRef &ref, T
 			return false;
 		out->attempts = e->attempts;
 		result_len = e->result_len;
+		// Bounded: a torn length must not overrun `result`.
+		if (result_len > shared->result_size)
+			return false;
 		if (result_len > 0)
 			memcpy(result, result_of(e), result_len);
 		return true;
@@ -548,6 +618,7 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 		if (slot < 0)
 			slot = 0;
 		Entry *victim = in_bucket(hash, slot);
+		begin_change(hash);
 		tags[slot] = tag_of(hash);
 		victim->id_len = uint8(len);
 		victim->replayable = replay.replayable;
@@ -567,6 +638,7 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 			victim->result_len = VARSIZE(replay.result);
 			memcpy(result_of(victim), replay.result, victim->result_len);
 		}
+		end_change(hash);
 	}
 	LWLockRelease(shared->lock);
 }

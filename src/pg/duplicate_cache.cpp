@@ -79,19 +79,20 @@
 // on idem_records goes through the row trigger below (README).
 //
 // The table. cache_size entries rounded up to whole buckets of `ways`
-// entries (set associative): a key lives only in one bucket (bucket_of), so
-// a lookup reads the bucket's `ways` tags (the high 32 bits of the hash, side
-// by side in the bucket's first cache line) and only the entries whose tag
-// matches (at most `ways`, almost always one or none), and insertion
-// replaces an empty entry, else an expired one, else the first without its
-// reference bit (clearing bits as it goes: a clock within the bucket). A
-// bucket is its tag line followed by its entries, so that a lookup's two
-// reads mostly fall in one page (with random keys over a large cache, each
-// read is a cache miss, and one in another page also a TLB miss). An entry
-// is an Entry, whose first cache line holds what a lookup compares, followed
-// by room for a result of cache_result_size bytes, rounded up to whole cache
-// lines. Nothing is allocated after start. Shared memory is rebuilt after a
-// crash, so the cache starts empty after any restart.
+// entries (set associative): a key lives only in one bucket (bucket_index),
+// so a lookup reads the bucket's `ways` tags (the high 32 bits of the hash,
+// side by side) and only the entries whose tag matches (at most `ways`,
+// almost always one or none), and insertion replaces an empty entry, else
+// an expired one, else the first without its reference bit (clearing bits
+// as it goes: a clock within the bucket). The tags (and the bucket's
+// version, below) are a cache line per bucket, all of them side by side: 8
+// bytes per entry, small enough to stay in the CPU caches, so that a miss
+// (every new key) costs no read of main memory, and a hit one, of its
+// entry. An entry is an Entry, whose first cache line holds what a lookup
+// compares, followed by room for a result of cache_result_size bytes,
+// rounded up to whole cache lines. Nothing is allocated after start. Shared
+// memory is rebuilt after a crash, so the cache starts empty after any
+// restart.
 //
 // Locking: shared->lock (tranche "pg_idem duplicate cache") EXCLUSIVE for
 // insertion, removal and eviction; lookups take no lock. Each bucket has a
@@ -191,17 +192,19 @@ struct SharedCache {
 	LWLock *lock;
 	int buckets;
 	Size entry_size;
-	Size bucket_size;
 	Size result_size; // pg_idem.cache_result_size, as the table was built
 	pg_atomic_uint64 generation[generations];
 	// Table epochs (file header), shared the same way; bumped under
 	// EXCLUSIVE, read under either lock.
 	pg_atomic_uint64 epoch[epochs];
-	// The buckets, from the first cache line boundary on.
-	char buckets_area[FLEXIBLE_ARRAY_MEMBER];
+	// From the first cache line boundary on: every bucket's tag line, then
+	// every bucket's entries.
+	char area[FLEXIBLE_ARRAY_MEMBER];
 };
 
 SharedCache *shared = NULL;
+char *tag_lines = NULL; // in shared->area
+char *entries = NULL;	// in shared->area, after the tag lines
 
 // Whether this transaction truncated or dropped an idem_records (file
 // header): then it neither asks nor fills the cache until it ends.
@@ -213,13 +216,13 @@ int bucket_count() { return (cache_size + ways - 1) / ways; }
 
 Size entry_size() { return TYPEALIGN(PG_CACHE_LINE_SIZE, sizeof(Entry) + Size(cache_result_size)); }
 
-Size bucket_size() { return tag_line_size + ways * entry_size(); }
+Size tag_lines_size() { return mul_size(Size(bucket_count()), tag_line_size); }
 
 Size shared_size()
 {
-	// Room to move the buckets to a cache line boundary.
-	return add_size(offsetof(SharedCache, buckets_area) + PG_CACHE_LINE_SIZE,
-			mul_size(Size(bucket_count()), bucket_size()));
+	// Room to move the area to a cache line boundary.
+	return add_size(add_size(offsetof(SharedCache, area) + PG_CACHE_LINE_SIZE, tag_lines_size()),
+			mul_size(mul_size(Size(bucket_count()), ways), entry_size()));
 }
 
 pg_atomic_uint64 *generation_of(Oid dbid, uint64 hash)
@@ -232,12 +235,7 @@ pg_atomic_uint64 *epoch_of(Oid dbid) { return &shared->epoch[dbid % epochs]; }
 
 // The bucket of `hash`, from its low 32 bits (multiplied and shifted rather
 // than divided); the tag is made of the high ones.
-char *bucket_of(uint64 hash)
-{
-	char *first = reinterpret_cast<char *>(CACHELINEALIGN(shared->buckets_area));
-	uint64 index = (uint64(uint32(hash)) * uint64(shared->buckets)) >> 32;
-	return first + index * shared->bucket_size;
-}
+Size bucket_index(uint64 hash) { return (uint64(uint32(hash)) * uint64(shared->buckets)) >> 32; }
 
 char *result_of(Entry *e) { return reinterpret_cast<char *>(e) + sizeof(Entry); }
 
@@ -256,10 +254,14 @@ uint64 hash_id(const bytea *id)
 // The i-th entry (0 <= i < ways) of the bucket of `hash`.
 Entry *in_bucket(uint64 hash, int i)
 {
-	return reinterpret_cast<Entry *>(bucket_of(hash) + tag_line_size + Size(i) * shared->entry_size);
+	return reinterpret_cast<Entry *>(entries +
+					 (bucket_index(hash) * ways + Size(i)) * shared->entry_size);
 }
 
-BucketTags *bucket_tags(uint64 hash) { return reinterpret_cast<BucketTags *>(bucket_of(hash)); }
+BucketTags *bucket_tags(uint64 hash)
+{
+	return reinterpret_cast<BucketTags *>(tag_lines + bucket_index(hash) * tag_line_size);
+}
 
 // The `ways` tags of the bucket of `hash`.
 uint32 *tags_of_bucket(uint64 hash) { return bucket_tags(hash)->tag; }
@@ -484,7 +486,6 @@ void cache_init_shmem()
 		s->lock = &(GetNamedLWLockTranche(tranche_name))->lock;
 		s->buckets = bucket_count();
 		s->entry_size = entry_size();
-		s->bucket_size = bucket_size();
 		s->result_size = Size(cache_result_size);
 		for (int i = 0; i < generations; i++)
 			pg_atomic_init_u64(&s->generation[i], 0);
@@ -492,18 +493,13 @@ void cache_init_shmem()
 			pg_atomic_init_u64(&s->epoch[i], 0);
 	}
 	shared = s;
+	tag_lines = reinterpret_cast<char *>(CACHELINEALIGN(s->area));
+	entries = tag_lines + tag_lines_size();
 	if (!found) {
-		for (int b = 0; b < s->buckets; b++) {
-			char *bucket = reinterpret_cast<char *>(CACHELINEALIGN(s->buckets_area)) +
-				       Size(b) * s->bucket_size;
-			memset(bucket, 0, tag_line_size);
-			for (int i = 0; i < ways; i++)
-				pg_atomic_init_u32(
-				    &reinterpret_cast<Entry *>(bucket + tag_line_size +
-							       Size(i) * s->entry_size)
-					 ->referenced,
-				    0);
-		}
+		memset(tag_lines, 0, tag_lines_size());
+		for (Size i = 0; i < Size(s->buckets) * ways; i++)
+			pg_atomic_init_u32(
+			    &reinterpret_cast<Entry *>(entries + i * s->entry_size)->referenced, 0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }

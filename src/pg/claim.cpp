@@ -53,6 +53,7 @@ extern "C" {
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
+#include "pg/owner_rights.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/records.hpp"
 #include "pg/scopes.hpp"
@@ -510,7 +511,7 @@ const idem::RecordRef begin_ref(const char *fn, FunctionCallInfo fcinfo)
 } // namespace
 
 // idem_begin(scope, key, lease, fingerprint, wait, takeover_on_disconnect)
-IDEM_SQL_FUNCTION(idem_begin)
+IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_begin)
 {
 	BeginArgs args;
 	args.fn = "idem_begin";
@@ -591,7 +592,7 @@ IDEM_SQL_FUNCTION(idem_begin)
 }
 
 // idem_complete(scope, key, attempt, result)
-IDEM_SQL_FUNCTION(idem_complete)
+IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_complete)
 {
 	static const char fn[] = "idem_complete";
 	idem::RecordRef ref = begin_ref(fn, fcinfo);
@@ -627,7 +628,7 @@ IDEM_SQL_FUNCTION(idem_complete)
 }
 
 // idem_fail(scope, key, attempt, error, retryable) RETURNS idem_status
-IDEM_SQL_FUNCTION(idem_fail)
+IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_fail)
 {
 	static const char fn[] = "idem_fail";
 	idem::RecordRef ref = begin_ref(fn, fcinfo);

@@ -12,23 +12,6 @@
 ALTER FUNCTION @extschema@.idem_configure(text, interval, interval, integer, text, regprocedure, boolean)
     SECURITY INVOKER;
 
--- The other functions that write idem_records still run as its owner, but
--- the library switches to the owner itself (src/pg/owner_rights.hpp): fmgr's
--- SECURITY DEFINER set-up, repeated for every execution of a statement, cost
--- a duplicate answered from the cache about 8% of its throughput. The
--- stream functions below are declared this way from the start. A database
--- still on 0.1's SQL runs them as SECURITY DEFINER and then as the owner
--- again: the same role.
-ALTER FUNCTION @extschema@.idem_try_insert(text, text, interval) SECURITY INVOKER;
-ALTER FUNCTION @extschema@.idem_begin(text, text, interval, text, interval, boolean) SECURITY INVOKER;
-ALTER FUNCTION @extschema@.idem_complete(text, text, integer, jsonb) SECURITY INVOKER;
-ALTER FUNCTION @extschema@.idem_fail(text, text, integer, text, boolean) SECURITY INVOKER;
-ALTER FUNCTION @extschema@.idem_reconcile(text, integer) SECURITY INVOKER;
-ALTER FUNCTION @extschema@.idem_retry(text, text) SECURITY INVOKER;
-ALTER FUNCTION @extschema@.idem_forget(text, text) SECURITY INVOKER;
-ALTER FUNCTION @extschema@.idem_purge(integer) SECURITY INVOKER;
-ALTER FUNCTION @extschema@.idem_purge_status() SECURITY INVOKER;
-
 -- ---------------------------------------------------------------------------
 -- Computed keys and payload fingerprints (src/core/message_key.hpp gives the
 -- canonical form and the digest; README "Computed keys").
@@ -70,14 +53,14 @@ CREATE FUNCTION @extschema@.idem_advance(stream text, part integer, "position" b
                                          "window" integer DEFAULT 0)
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_advance'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
 
 -- The stream's high-water mark, NULL if nothing was accepted yet: where a
 -- consumer seeks after a restart.
 CREATE FUNCTION @extschema@.idem_position(stream text, part integer)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'idem_position'
-LANGUAGE C STABLE PARALLEL SAFE;
+LANGUAGE C STABLE PARALLEL SAFE SECURITY DEFINER;
 
 -- Internal: how many positions below the high-water mark the window holds
 -- as seen.
@@ -98,7 +81,7 @@ FROM @extschema@.idem_streams;
 CREATE FUNCTION @extschema@.idem_reset_stream(stream text, part integer DEFAULT NULL)
 RETURNS bigint
 AS 'MODULE_PATHNAME', 'idem_reset_stream'
-LANGUAGE C VOLATILE PARALLEL UNSAFE;
+LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
 
 REVOKE ALL ON FUNCTION @extschema@.idem_advance(text, integer, bigint, integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_position(text, integer) FROM PUBLIC;

@@ -17,9 +17,10 @@ CREATE FUNCTION bench.ver_points(u int, v bigint) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT AS $$ SELECT (u * 31 + v) % 10 + 1 $$;
 
 -- Pattern call_floor: the cheapest function idem_try_insert could be, a
--- built-in (texteq) taking the same two text arguments.
+-- built-in (texteq) declared SECURITY DEFINER, taking the same two text
+-- arguments.
 CREATE FUNCTION bench.call_floor(scope text, key text) RETURNS boolean
-LANGUAGE internal VOLATILE AS 'texteq';
+LANGUAGE internal VOLATILE SECURITY DEFINER AS 'texteq';
 
 -- Hand-made dedup tables holding what idem_records holds for a completed
 -- record: scope, key, when, until when. Like idem_records, each is shared by

@@ -53,7 +53,6 @@ extern "C" {
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
-#include "pg/owner_rights.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/records.hpp"
 #include "pg/scopes.hpp"
@@ -511,7 +510,7 @@ const idem::RecordRef begin_ref(const char *fn, FunctionCallInfo fcinfo)
 } // namespace
 
 // idem_begin(scope, key, lease, fingerprint, wait, takeover_on_disconnect)
-IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_begin)
+IDEM_SQL_FUNCTION(idem_begin)
 {
 	BeginArgs args;
 	args.fn = "idem_begin";
@@ -592,7 +591,7 @@ IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_begin)
 }
 
 // idem_complete(scope, key, attempt, result)
-IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_complete)
+IDEM_SQL_FUNCTION(idem_complete)
 {
 	static const char fn[] = "idem_complete";
 	idem::RecordRef ref = begin_ref(fn, fcinfo);
@@ -628,7 +627,7 @@ IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_complete)
 }
 
 // idem_fail(scope, key, attempt, error, retryable) RETURNS idem_status
-IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_fail)
+IDEM_SQL_FUNCTION(idem_fail)
 {
 	static const char fn[] = "idem_fail";
 	idem::RecordRef ref = begin_ref(fn, fcinfo);

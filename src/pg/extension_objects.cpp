@@ -8,7 +8,6 @@ extern "C" {
 #include "access/table.h"
 #include "catalog/indexing.h"
 #include "catalog/namespace.h"
-#include "catalog/pg_class.h"
 #include "catalog/pg_enum_d.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type_d.h"
@@ -95,11 +94,6 @@ const ExtensionObjects &extension_objects()
 			errmsg("pg_idem's tables are missing"),
 			errhint("If the extension was installed by an older pg_idem, run ALTER "
 				"EXTENSION pg_idem UPDATE."));
-	HeapTuple records = SearchSysCache1(RELOID, ObjectIdGetDatum(found.records));
-	if (!HeapTupleIsValid(records))
-		elog(ERROR, "pg_idem: cache lookup failed for relation %u", found.records);
-	found.owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(records))->relowner;
-	ReleaseSysCache(records);
 	found.status_in_progress = enum_label(found.status_type, "in_progress");
 	found.status_completed = enum_label(found.status_type, "completed");
 	found.status_failed = enum_label(found.status_type, "failed");

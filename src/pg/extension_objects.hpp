@@ -9,7 +9,6 @@ namespace idem {
 struct ExtensionObjects {
 	bool valid;
 	Oid records;	     // idem_records
-	Oid owner;	     // its owner, whom the SQL functions act as (owner_rights.hpp)
 	Oid records_pkey;    // its primary key, on key_id
 	Oid scopes;	     // idem_scopes
 	Oid streams;	     // idem_streams

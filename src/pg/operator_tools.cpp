@@ -14,7 +14,6 @@ extern "C" {
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
-#include "pg/owner_rights.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/records.hpp"
 
@@ -52,7 +51,7 @@ idem::RecordRef operator_ref(const char *fn, FunctionCallInfo fcinfo)
 // idem_retry(scope, key): a dead record becomes failed, with max_attempts
 // more attempts. The attempt counter keeps growing, so fencing tokens are
 // never reused. Returns false when the record is not dead.
-IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_retry)
+IDEM_SQL_FUNCTION(idem_retry)
 {
 	idem::RecordRef ref = operator_ref("idem_retry", fcinfo);
 	uint64 n = on_record("operator:retry",
@@ -70,7 +69,7 @@ IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_retry)
 // refused: its holder's attempt number would be handed out again, and its
 // late completion would land on someone else's claim. Such a claim ends by
 // its lease (reconciliation, or a takeover); fail it first to forget it.
-IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_forget)
+IDEM_SQL_FUNCTION(idem_forget)
 {
 	static const char fn[] = "idem_forget";
 	idem::RecordRef ref = operator_ref(fn, fcinfo);

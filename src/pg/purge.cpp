@@ -36,7 +36,6 @@ extern "C" {
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
-#include "pg/owner_rights.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/purge.hpp"
 #include "pg/stats.hpp"
@@ -135,7 +134,7 @@ void reconcile_batch(int max_rows, PurgeRound *round)
 } // namespace idem
 
 // idem_purge(max_rows) RETURNS bigint
-IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_purge)
+IDEM_SQL_FUNCTION(idem_purge)
 {
 	static const char fn[] = "idem_purge";
 	if (PG_ARGISNULL(0) || PG_GETARG_INT32(0) < 1)
@@ -151,7 +150,7 @@ IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_purge)
 
 // idem_purge_status(): the worker's last round (when preloaded) and the
 // backlog, for the current database.
-IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_purge_status)
+IDEM_SQL_FUNCTION(idem_purge_status)
 {
 	TupleDesc desc;
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)

@@ -14,7 +14,7 @@
 //
 // The function runs as the role that configured the scope, in a
 // security-restricted context (as VACUUM runs index functions), never as
-// the owner of pg_idem's tables that idem_reconcile itself runs as.
+// the extension owner that this SECURITY DEFINER function runs as.
 extern "C" {
 #include "postgres.h"
 
@@ -34,7 +34,6 @@ extern "C" {
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
-#include "pg/owner_rights.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/scopes.hpp"
 #include "pg/stats.hpp"
@@ -78,7 +77,7 @@ bool ask_reconciler(Oid fn, Oid role, text *scope, text *key, bool *isnull)
 
 } // namespace
 
-IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_reconcile)
+IDEM_SQL_FUNCTION(idem_reconcile)
 {
 	static const char fn[] = "idem_reconcile";
 	if (PG_ARGISNULL(1) || PG_GETARG_INT32(1) < 1)

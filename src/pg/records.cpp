@@ -30,7 +30,7 @@
 // (40001) exactly where INSERT ... ON CONFLICT DO NOTHING and UPDATE would.
 //
 // Every statement text is schema-qualified and uses OPERATOR(pg_catalog.x):
-// these run as the table owner (owner_rights.hpp), so the
+// these run as the table owner (the functions are SECURITY DEFINER), so the
 // caller's search_path must not be able to change what they mean.
 extern "C" {
 #include "postgres.h"

@@ -45,7 +45,6 @@ extern "C" {
 #include "core/replay_window.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
-#include "pg/owner_rights.hpp"
 #include "pg/plan_cache.hpp"
 
 namespace {
@@ -243,7 +242,7 @@ bool advance_new(Datum *args, int64 position, int32 window)
 } // namespace
 
 // idem_advance(stream, part, position, window) RETURNS boolean
-IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_advance)
+IDEM_SQL_FUNCTION(idem_advance)
 {
 	static const char fn[] = "idem_advance";
 	StreamPart sp = stream_part_args(fn, fcinfo);
@@ -283,7 +282,7 @@ IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_advance)
 }
 
 // idem_position(stream, part) RETURNS bigint: NULL for a part never advanced.
-IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_position)
+IDEM_SQL_FUNCTION(idem_position)
 {
 	static const char fn[] = "idem_position";
 	StreamPart sp = stream_part_args(fn, fcinfo);
@@ -310,7 +309,7 @@ IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_position)
 
 // idem_reset_stream(stream, part DEFAULT NULL) RETURNS bigint: the parts
 // forgotten.
-IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_reset_stream)
+IDEM_SQL_FUNCTION(idem_reset_stream)
 {
 	static const char fn[] = "idem_reset_stream";
 	if (PG_ARGISNULL(0))

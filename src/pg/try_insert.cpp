@@ -12,12 +12,11 @@ extern "C" {
 }
 
 #include "pg/guard.hpp"
-#include "pg/owner_rights.hpp"
 #include "pg/records.hpp"
 #include "pg/scopes.hpp"
 #include "pg/stats.hpp"
 
-IDEM_SQL_FUNCTION_WITH_OWNER_RIGHTS(idem_try_insert)
+IDEM_SQL_FUNCTION(idem_try_insert)
 {
 	static const char fn[] = "idem_try_insert";
 	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),

@@ -476,11 +476,10 @@ GRANT EXECUTE ON FUNCTION idem_configure(text, interval, interval, integer, text
     TO hostile;
 });
 
-# Every path of every function, as the owner (the functions that write
-# pg_idem's tables act as their owner: a planted object called there would be
-# a privilege escalation) with the hostile schema first in search_path.
-# Errors are part of the workload (a fingerprint mismatch, a refused
-# completion).
+# Every path of every function, as the owner (SECURITY DEFINER functions run
+# as the owner: a planted object called there would be a privilege
+# escalation) with the hostile schema first in search_path. Errors are part
+# of the workload (a fingerprint mismatch, a refused completion).
 my @owner_workload = (
 	$evil_path,
 	q{SELECT * FROM public.idem_configure('h', ttl => '1 hour', lease => '1 us', max_attempts => 3, reconcile_function => 'public.settled(text, text)');},

@@ -4,16 +4,19 @@
 -- an error that an exception block catches, and after an aborted
 -- transaction.
 
--- Which of the extension's functions are SECURITY DEFINER. idem_configure
--- is not: it records its caller, and writes as the owner itself
--- (src/pg/scopes.cpp).
-SELECT p.oid::regprocedure AS function, p.prosecdef AS security_definer
+-- Which of the extension's functions are SECURITY DEFINER, and which PUBLIC
+-- may execute. idem_configure is not SECURITY DEFINER: it records its
+-- caller, and writes as the owner itself (src/pg/scopes.cpp). Only the
+-- functions that touch no pg_idem table, or only the caller's own tables,
+-- are open to PUBLIC.
+SELECT p.oid::regprocedure AS function, p.prosecdef AS security_definer,
+       has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
 FROM pg_proc p
 JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
 WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem')
   AND p.prokind = 'f'
-ORDER BY p.prosecdef DESC, p.proname COLLATE "C";
+ORDER BY p.prosecdef DESC, public_execute, p.proname COLLATE "C";
 
 CREATE ROLE regress_idem_worker;
 GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval),

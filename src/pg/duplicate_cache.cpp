@@ -85,14 +85,15 @@
 // almost always one or none), and insertion replaces an empty entry, else
 // an expired one, else the first without its reference bit (clearing bits
 // as it goes: a clock within the bucket). The tags (and the bucket's
-// version, below) are a cache line per bucket, all of them side by side: 8
-// bytes per entry, small enough to stay in the CPU caches, so that a miss
-// (every new key) costs no read of main memory, and a hit one, of its
-// entry. An entry is an Entry, whose first cache line holds what a lookup
-// compares, followed by room for a result of cache_result_size bytes,
-// rounded up to whole cache lines. Nothing is allocated after start. Shared
-// memory is rebuilt after a crash, so the cache starts empty after any
-// restart.
+// version, below) are a cache line per bucket, all of them side by side
+// (16 bytes per entry), so that a miss (every new key) reads one line and a
+// hit one more, of its entry. An entry is an Entry: what a lookup compares,
+// one cache line. What only idem_begin's answer reads (status, attempts,
+// fingerprint and the room for a result of cache_result_size bytes) is the
+// entry's EntryReplay, in an array of its own, so that the entries a hit
+// reads lie a cache line apart, not a result's size: fewer pages to find
+// them in. Nothing is allocated after start. Shared memory is rebuilt after
+// a crash, so the cache starts empty after any restart.
 //
 // Locking: shared->lock (tranche "pg_idem duplicate cache") EXCLUSIVE for
 // insertion, removal and eviction; lookups take no lock. Each bucket has a
@@ -158,8 +159,9 @@ constexpr int generations = 1024;
 // only costs entries that stop answering.
 constexpr int epochs = 64;
 
-// What a lookup compares comes first: in the first cache line for ids of up
-// to 25 bytes (scope and key of about 20 bytes together).
+// What a lookup compares: PG_CACHE_LINE_SIZE (128) bytes, of which the
+// first 64 hold ids of up to 25 bytes (scope and key of about 20 bytes
+// together).
 struct Entry {
 	uint64 hash;
 	uint64 epoch; // the database's table epoch when it was made
@@ -168,17 +170,24 @@ struct Entry {
 	Oid relid;
 	pg_atomic_uint32 referenced;
 	uint8 id_len;
-	bool replayable;      // idem_begin may answer from it (file header)
-	bool has_fingerprint; // then `fingerprint` holds its bytes
+	bool replayable; // idem_begin may answer from it (file header)
 	uint8 id[max_key_id_bytes];
+};
+static_assert(offsetof(Entry, id) + 25 <= 64,
+	      "a lookup of an id of up to 25 bytes reads one 64-byte line of its entry");
+
+constexpr Size entry_stride = TYPEALIGN(PG_CACHE_LINE_SIZE, sizeof(Entry));
+
+// What only idem_begin's answer reads, kept apart from the entries (same
+// index) so that they stay small.
+struct EntryReplay {
 	Oid status;
 	int32 attempts;
-	uint32 result_len; // bytes of the kept result after the entry; 0: NULL
+	uint32 result_len;    // bytes of the kept result after it; 0: NULL
+	bool has_fingerprint; // then `fingerprint` holds its bytes
 	uint8 fingerprint[fingerprint_bytes_length];
-	// Followed by the room for a result: entry_size in all.
+	// Followed by the room for a result: replay_size in all.
 };
-static_assert(offsetof(Entry, id) + 25 <= PG_CACHE_LINE_SIZE,
-	      "a lookup of a short id reads one cache line of its entry");
 
 // A bucket: its tags and version, one cache line, then its `ways` entries.
 struct BucketTags {
@@ -191,20 +200,21 @@ constexpr Size tag_line_size = TYPEALIGN(PG_CACHE_LINE_SIZE, sizeof(BucketTags))
 struct SharedCache {
 	LWLock *lock;
 	int buckets;
-	Size entry_size;
+	Size replay_size;
 	Size result_size; // pg_idem.cache_result_size, as the table was built
 	pg_atomic_uint64 generation[generations];
 	// Table epochs (file header), shared the same way; bumped under
 	// EXCLUSIVE, read under either lock.
 	pg_atomic_uint64 epoch[epochs];
 	// From the first cache line boundary on: every bucket's tag line, then
-	// every bucket's entries.
+	// every bucket's entries, then their EntryReplays.
 	char area[FLEXIBLE_ARRAY_MEMBER];
 };
 
 SharedCache *shared = NULL;
 char *tag_lines = NULL; // in shared->area
 char *entries = NULL;	// in shared->area, after the tag lines
+char *replays = NULL;	// in shared->area, after the entries
 
 // Whether this transaction truncated or dropped an idem_records (file
 // header): then it neither asks nor fills the cache until it ends.
@@ -214,7 +224,12 @@ object_access_hook_type previous_object_access = NULL;
 
 int bucket_count() { return (cache_size + ways - 1) / ways; }
 
-Size entry_size() { return TYPEALIGN(PG_CACHE_LINE_SIZE, sizeof(Entry) + Size(cache_result_size)); }
+Size replay_size()
+{
+	return TYPEALIGN(PG_CACHE_LINE_SIZE, sizeof(EntryReplay) + Size(cache_result_size));
+}
+
+Size entry_count() { return mul_size(Size(bucket_count()), ways); }
 
 Size tag_lines_size() { return mul_size(Size(bucket_count()), tag_line_size); }
 
@@ -222,7 +237,7 @@ Size shared_size()
 {
 	// Room to move the area to a cache line boundary.
 	return add_size(add_size(offsetof(SharedCache, area) + PG_CACHE_LINE_SIZE, tag_lines_size()),
-			mul_size(mul_size(Size(bucket_count()), ways), entry_size()));
+			mul_size(entry_count(), entry_stride + replay_size()));
 }
 
 pg_atomic_uint64 *generation_of(Oid dbid, uint64 hash)
@@ -236,8 +251,6 @@ pg_atomic_uint64 *epoch_of(Oid dbid) { return &shared->epoch[dbid % epochs]; }
 // The bucket of `hash`, from its low 32 bits (multiplied and shifted rather
 // than divided); the tag is made of the high ones.
 Size bucket_index(uint64 hash) { return (uint64(uint32(hash)) * uint64(shared->buckets)) >> 32; }
-
-char *result_of(Entry *e) { return reinterpret_cast<char *>(e) + sizeof(Entry); }
 
 // Cacheable ids are exact: the short form, tag 0.
 bool exact_id(const bytea *id)
@@ -254,9 +267,17 @@ uint64 hash_id(const bytea *id)
 // The i-th entry (0 <= i < ways) of the bucket of `hash`.
 Entry *in_bucket(uint64 hash, int i)
 {
-	return reinterpret_cast<Entry *>(entries +
-					 (bucket_index(hash) * ways + Size(i)) * shared->entry_size);
+	return reinterpret_cast<Entry *>(entries + (bucket_index(hash) * ways + Size(i)) * entry_stride);
 }
+
+// The EntryReplay of entry e, and the room for its result.
+EntryReplay *replay_of_entry(const Entry *e)
+{
+	Size i = Size(reinterpret_cast<const char *>(e) - entries) / entry_stride;
+	return reinterpret_cast<EntryReplay *>(replays + i * shared->replay_size);
+}
+
+char *result_of(EntryReplay *r) { return reinterpret_cast<char *>(r) + sizeof(EntryReplay); }
 
 BucketTags *bucket_tags(uint64 hash)
 {
@@ -485,7 +506,7 @@ void cache_init_shmem()
 	if (!found) {
 		s->lock = &(GetNamedLWLockTranche(tranche_name))->lock;
 		s->buckets = bucket_count();
-		s->entry_size = entry_size();
+		s->replay_size = replay_size();
 		s->result_size = Size(cache_result_size);
 		for (int i = 0; i < generations; i++)
 			pg_atomic_init_u64(&s->generation[i], 0);
@@ -495,11 +516,12 @@ void cache_init_shmem()
 	shared = s;
 	tag_lines = reinterpret_cast<char *>(CACHELINEALIGN(s->area));
 	entries = tag_lines + tag_lines_size();
+	replays = entries + Size(s->buckets) * ways * entry_stride;
 	if (!found) {
 		memset(tag_lines, 0, tag_lines_size());
 		for (Size i = 0; i < Size(s->buckets) * ways; i++)
-			pg_atomic_init_u32(
-			    &reinterpret_cast<Entry *>(entries + i * s->entry_size)->referenced, 0);
+			pg_atomic_init_u32(&reinterpret_cast<Entry *>(entries + i * entry_stride)->referenced,
+					   0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -543,18 +565,21 @@ bool cache_lookup_completed(const ExtensionObjects &loc, const RecordRef &ref, T
 	Oid completed = loc.status_completed;
 	uint32 result_len = 0;
 	bool hit = lookup(loc, ref, hash, now, [&](Entry *e) {
-		if (!e->replayable || e->status != completed)
+		if (!e->replayable)
 			return false;
-		if (fingerprint != NULL && e->has_fingerprint &&
-		    memcmp(e->fingerprint, call_fingerprint, sizeof call_fingerprint) != 0)
+		EntryReplay *r = replay_of_entry(e);
+		if (r->status != completed)
 			return false;
-		out->attempts = e->attempts;
-		result_len = e->result_len;
+		if (fingerprint != NULL && r->has_fingerprint &&
+		    memcmp(r->fingerprint, call_fingerprint, sizeof call_fingerprint) != 0)
+			return false;
+		out->attempts = r->attempts;
+		result_len = r->result_len;
 		// Bounded: a torn length must not overrun `result`.
 		if (result_len > shared->result_size)
 			return false;
 		if (result_len > 0)
-			memcpy(result, result_of(e), result_len);
+			memcpy(result, result_of(r), result_len);
 		return true;
 	});
 	out->result = hit && result_len > 0 ? PointerGetDatum(result) : 0;
@@ -614,25 +639,26 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 		if (slot < 0)
 			slot = 0;
 		Entry *victim = in_bucket(hash, slot);
+		EntryReplay *kept = replay_of_entry(victim);
 		begin_change(hash);
 		tags[slot] = tag_of(hash);
 		victim->id_len = uint8(len);
 		victim->replayable = replay.replayable;
-		victim->has_fingerprint = replay.has_fingerprint;
 		victim->dbid = MyDatabaseId;
 		victim->relid = RelationGetRelid(rel);
 		victim->epoch = epoch;
-		victim->status = record.status;
-		victim->attempts = int32(record.attempts);
-		victim->result_len = 0;
 		victim->hash = hash;
 		victim->expires_at = record.expires_at;
 		pg_atomic_write_u32(&victim->referenced, 0);
 		memcpy(victim->id, VARDATA_ANY(ref.id), len);
-		memcpy(victim->fingerprint, replay.fingerprint, sizeof replay.fingerprint);
+		kept->status = record.status;
+		kept->attempts = int32(record.attempts);
+		kept->has_fingerprint = replay.has_fingerprint;
+		memcpy(kept->fingerprint, replay.fingerprint, sizeof replay.fingerprint);
+		kept->result_len = 0;
 		if (replay.replayable && replay.result != NULL) {
-			victim->result_len = VARSIZE(replay.result);
-			memcpy(result_of(victim), replay.result, victim->result_len);
+			kept->result_len = VARSIZE(replay.result);
+			memcpy(result_of(kept), replay.result, kept->result_len);
 		}
 		end_change(hash);
 	}

@@ -59,6 +59,17 @@ sub new_keys
 sql('CREATE EXTENSION pg_idem');
 
 # ---------------------------------------------------------------------------
+note 'the shared memory the README gives';
+
+# cache_size x (144 + (48 + cache_result_size) rounded up to 128) bytes,
+# plus 9 kB: with the default cache_result_size (256), 528 bytes an entry.
+my $cache_bytes = sql(
+	q{SELECT allocated_size FROM pg_shmem_allocations
+	  WHERE name = 'pg_idem duplicate cache'});
+cmp_ok($cache_bytes, '>=', 16 * 528, "16 entries take at least 16 x 528 bytes ($cache_bytes)");
+cmp_ok($cache_bytes, '<=', 16 * 528 + 9 * 1024, 'and at most 9 kB more');
+
+# ---------------------------------------------------------------------------
 note 'a cache smaller than the working set';
 
 is(new_keys('small', 200), 200, '200 new keys');

@@ -142,7 +142,7 @@ extern "C" void _PG_init(void)
 					"Entries of the duplicate cache, which lets idem_try_insert "
 					"answer recent duplicates, and idem_begin completed claims, "
 					"without reading idem_records.",
-					"0 turns it off. Each entry takes about 200 bytes of shared "
+					"0 turns it off. Each entry takes about 270 bytes of shared "
 					"memory plus pg_idem.cache_result_size. Needs pg_idem in "
 					"shared_preload_libraries.",
 					&idem::cache_size, 0, 0, 10000000, PGC_POSTMASTER, 0, NULL, NULL,

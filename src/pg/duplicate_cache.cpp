@@ -189,7 +189,8 @@ struct EntryReplay {
 	// Followed by the room for a result: replay_size in all.
 };
 
-// A bucket: its tags and version, one cache line, then its `ways` entries.
+// A bucket's tags and version: one cache line, its tag line. Its `ways`
+// entries are elsewhere (SharedCache::area).
 struct BucketTags {
 	uint32 tag[ways]; // 0 for an unused entry, else tag_of(its key's hash)
 	uint32 version;	  // odd while a writer changes the bucket (file header)
@@ -516,10 +517,11 @@ void cache_init_shmem()
 	shared = s;
 	tag_lines = reinterpret_cast<char *>(CACHELINEALIGN(s->area));
 	entries = tag_lines + tag_lines_size();
-	replays = entries + Size(s->buckets) * ways * entry_stride;
+	Size entry_total = Size(s->buckets) * ways;
+	replays = entries + entry_total * entry_stride;
 	if (!found) {
 		memset(tag_lines, 0, tag_lines_size());
-		for (Size i = 0; i < Size(s->buckets) * ways; i++)
+		for (Size i = 0; i < entry_total; i++)
 			pg_atomic_init_u32(&reinterpret_cast<Entry *>(entries + i * entry_stride)->referenced,
 					   0);
 	}

@@ -47,6 +47,65 @@ UPDATE idem_records SET expires_at = now() - interval '1 second'
 WHERE scope = 'cache-a' AND key = 'k1';
 SELECT idem_try_insert('cache-a', 'k1') AS after_expiring_update;
 
+-- The same statement or transaction that deletes or expires a record sees
+-- its key as new, although the row trigger forgets the key only when the
+-- statement ends: the statement trigger keeps the transaction off the
+-- cache.
+SELECT idem_try_insert('cache-m', 'k') AS new_key;
+SELECT idem_try_insert('cache-m', 'k') AS fill, idem_try_insert('cache-m', 'k') AS hit;
+DELETE FROM idem_records WHERE scope = 'cache-m' AND key = 'k'
+RETURNING idem_try_insert(scope, key) AS new_again_in_the_deleting_statement;
+SELECT idem_try_insert('cache-m', 'k') AS fill, idem_try_insert('cache-m', 'k') AS hit;
+WITH expired AS (
+    UPDATE idem_records SET expires_at = now() - interval '1 second'
+    WHERE scope = 'cache-m' AND key = 'k' RETURNING scope, key)
+SELECT idem_try_insert(scope, key) AS taken_over_in_the_expiring_statement FROM expired;
+SELECT idem_try_insert('cache-m', 'k') AS fill, idem_try_insert('cache-m', 'k') AS hit;
+BEGIN;
+UPDATE idem_records SET expires_at = now() - interval '1 second'
+WHERE scope = 'cache-m' AND key = 'k';
+SELECT idem_try_insert('cache-m', 'k') AS taken_over_later_in_the_transaction;
+COMMIT;
+SELECT * FROM cache_counts WHERE scope = 'cache-m';
+
+-- With either trigger disabled, nothing is cached, and disabling one
+-- forgets what was: a DELETE it no longer sees cannot leave a stale entry.
+SELECT idem_try_insert('cache-n', 'k') AS new_key;
+SELECT idem_try_insert('cache-n', 'k') AS fill, idem_try_insert('cache-n', 'k') AS hit;
+ALTER TABLE idem_records DISABLE TRIGGER idem_records_changed;
+DELETE FROM idem_records WHERE scope = 'cache-n' AND key = 'k';
+SELECT idem_try_insert('cache-n', 'k') AS new_after_an_unseen_delete;
+SELECT idem_try_insert('cache-n', 'k') AS from_table, idem_try_insert('cache-n', 'k') AS from_table_again;
+ALTER TABLE idem_records ENABLE ALWAYS TRIGGER idem_records_changed;
+ALTER TABLE idem_records DISABLE TRIGGER idem_records_changing;
+SELECT idem_try_insert('cache-n', 'k') AS from_table, idem_try_insert('cache-n', 'k') AS from_table_again;
+ALTER TABLE idem_records ENABLE ALWAYS TRIGGER idem_records_changing;
+SELECT idem_try_insert('cache-n', 'k') AS fill, idem_try_insert('cache-n', 'k') AS hit;
+SELECT * FROM cache_counts WHERE scope = 'cache-n';
+-- Enabled only for origin sessions is not enough: a replica's DELETE
+-- would not fire it.
+ALTER TABLE idem_records ENABLE TRIGGER idem_records_changed;
+SELECT idem_try_insert('cache-n', 'k') AS from_table, idem_try_insert('cache-n', 'k') AS from_table_again;
+ALTER TABLE idem_records ENABLE ALWAYS TRIGGER idem_records_changed;
+-- As enabled ALWAYS, it fires for a replica's DELETE too.
+SELECT idem_try_insert('cache-n', 'k') AS fill, idem_try_insert('cache-n', 'k') AS hit;
+SET session_replication_role = replica;
+DELETE FROM idem_records WHERE scope = 'cache-n' AND key = 'k';
+RESET session_replication_role;
+SELECT idem_try_insert('cache-n', 'k') AS new_after_a_replica_delete;
+SELECT * FROM cache_counts WHERE scope = 'cache-n';
+
+-- A column rewritten by ALTER TABLE (no row trigger fires) forgets the
+-- table: idem_begin replays the new result, not the cached one.
+SELECT status FROM idem_begin('cache-o', 'k');
+SELECT idem_complete('cache-o', 'k', 1, '"before"');
+SELECT status, result FROM idem_begin('cache-o', 'k');
+SELECT status, result FROM idem_begin('cache-o', 'k');
+ALTER TABLE idem_records ALTER COLUMN result TYPE jsonb
+    USING CASE WHEN scope = 'cache-o' THEN '"rewritten"' ELSE result END;
+SELECT status, result FROM idem_begin('cache-o', 'k');
+SELECT * FROM cache_counts WHERE scope = 'cache-o';
+
 -- TRUNCATE gives idem_records a new relfilenode: cached keys are new.
 SELECT idem_try_insert('cache-a', 'k1') AS fill, idem_try_insert('cache-a', 'k1') AS hit;
 TRUNCATE idem_records;

@@ -19,6 +19,12 @@ SELECT count(*) AS members_of_a_new_install FROM fresh;
 DROP EXTENSION pg_idem;
 CREATE EXTENSION pg_idem VERSION '0.1';
 SELECT idem_try_insert('upgrade', 'kept') AS recorded_under_0_1;
+-- 0.1 has no trigger on idem_records to tell the duplicate cache of a
+-- DELETE in SQL, so nothing of it is cached: the key is new afterwards.
+SELECT idem_try_insert('upgrade', 'deleted') AS new_key;
+SELECT idem_try_insert('upgrade', 'deleted') AS dup, idem_try_insert('upgrade', 'deleted') AS dup_again;
+DELETE FROM idem_records WHERE key = 'deleted';
+SELECT idem_try_insert('upgrade', 'deleted') AS new_after_delete;
 SELECT status FROM idem_begin('upgrade', 'claim');
 -- What 0.2 added is refused with a hint, never half done.
 SELECT idem_configure('upgrade', ttl => '1 hour');

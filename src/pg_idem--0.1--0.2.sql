@@ -138,12 +138,18 @@ REVOKE ALL ON @extschema@.idem_stats FROM PUBLIC;
 -- ---------------------------------------------------------------------------
 
 -- The duplicate cache (src/pg/duplicate_cache.cpp) must forget a key whose
--- record changes or goes away. pg_idem's own writes tell it directly; this
--- trigger catches the rest (an operator's DELETE or UPDATE in SQL). ALWAYS:
--- also when session_replication_role is replica. TRUNCATE and DROP need
--- nothing here: the cache forgets the whole table when one of them commits.
--- The WHEN clause spares servers without the cache (the default)
--- the queued after-trigger event of every update.
+-- record changes or goes away. pg_idem's own writes tell it directly; these
+-- triggers catch the rest (an operator's DELETE or UPDATE in SQL, a
+-- replicated one). The row trigger forgets each changed key after the
+-- change; the statement trigger, before any row changes, keeps the
+-- changing transaction off the cache until it ends (the row trigger's
+-- events wait for the end of the statement), and makes a TRUNCATE, even a
+-- replicated one, forget the whole table when it commits. ALWAYS: also
+-- when session_replication_role is replica. The cache keeps no record of
+-- a table that lacks either of them, enabled ALWAYS, and altering or
+-- dropping one forgets the whole table. The WHEN clauses spare servers
+-- without the cache (the default) the queued after-trigger event of every
+-- update.
 CREATE FUNCTION @extschema@.idem_cache_enabled() RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_cache_enabled'
 LANGUAGE C STABLE STRICT PARALLEL SAFE;
@@ -156,4 +162,9 @@ CREATE TRIGGER idem_records_changed AFTER UPDATE OR DELETE ON @extschema@.idem_r
     FOR EACH ROW WHEN (@extschema@.idem_cache_enabled())
     EXECUTE FUNCTION @extschema@.idem_records_changed();
 ALTER TABLE @extschema@.idem_records ENABLE ALWAYS TRIGGER idem_records_changed;
+CREATE TRIGGER idem_records_changing BEFORE UPDATE OR DELETE OR TRUNCATE
+    ON @extschema@.idem_records
+    FOR EACH STATEMENT WHEN (@extschema@.idem_cache_enabled())
+    EXECUTE FUNCTION @extschema@.idem_records_changed();
+ALTER TABLE @extschema@.idem_records ENABLE ALWAYS TRIGGER idem_records_changing;
 REVOKE ALL ON FUNCTION @extschema@.idem_records_changed() FROM PUBLIC;

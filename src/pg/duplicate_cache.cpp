@@ -24,6 +24,10 @@
 //     UPDATE through the trigger, ...) invalidate too. A deleter or
 //     updater, even in progress or prepared, refuses it, and so does any
 //     multixact,
+//   - the table has both of its triggers enabled ALWAYS (below), read under
+//     the filler's ROW EXCLUSIVE lock, which ALTER TABLE ... TRIGGER waits
+//     for: a database still on 0.1's SQL, or one whose operator disabled
+//     either, is never cached,
 //   - the key id is exact (record_key.hpp's short form): a SHA-256 id is
 //     never cached, so a collision still reaches the table's scope and key
 //     comparison and raises its error,
@@ -54,17 +58,22 @@
 //
 // Table epochs. A TRUNCATE or a DROP of a table named idem_records (DROP
 // EXTENSION, DROP TABLE, DROP SCHEMA ... CASCADE) removes every record at
-// once, without the row trigger. The object access hook notes it in the
-// transaction that does it; that transaction then bumps its database's
-// epoch just before it commits or prepares, so every entry made before
-// stops answering. It holds its ACCESS EXCLUSIVE lock by then, and until it
+// once, without the row trigger; an ALTER TABLE of it may rewrite every
+// record (a column's new type, USING anything) or rename it; an ALTER
+// (ENABLE, DISABLE, RENAME) or DROP of one of its triggers stops changes
+// from reaching the cache. The object access hook notes each in the
+// transaction that does it (and the statement trigger a TRUNCATE, also one
+// that logical replication applies, which no hook sees); that transaction
+// then bumps its database's epoch just before it commits or prepares, so
+// every entry made before stops answering. It holds its ACCESS EXCLUSIVE lock by then, and until it
 // ends, so no entry can be made in between: a filler holds ROW EXCLUSIVE on
 // idem_records while it reads the record and inserts the entry. Before that
 // commit a hit answers what the table still holds for everyone else; and
 // the transaction itself, which already sees the table emptied, does not
 // use the cache at all from the hook on. (The hook may run before the lock
 // is granted, which is why the bump waits for the commit.) A DROP DATABASE
-// bumps at once: nobody is connected to the database any more.
+// bumps at once, and again when it commits: WITH (FORCE) ends the other
+// backends of the database only after the hook.
 //
 // Invalidation. Every C path that changes or deletes a record (idem_forget,
 // idem_retry, takeovers in idem_try_insert and idem_begin, idem_begin's
@@ -76,7 +85,11 @@
 // commits, the new version, which is then the truth; idem_begin's locking
 // read waits for that commit). A prepared transaction's change leaves its
 // xmax in the tuple, so nothing is cached until it resolves. Plain SQL DML
-// on idem_records goes through the row trigger below (README).
+// on idem_records goes through the two triggers below (README): the AFTER
+// row trigger invalidates each changed key after its change, and the
+// BEFORE statement trigger keeps the changing transaction off the cache
+// until it ends, since it could otherwise meet an entry between a row's
+// change and the end of the statement, when the row trigger fires.
 //
 // The table. cache_size entries rounded up to whole buckets of `ways`
 // entries (set associative): a key lives only in one bucket (bucket_index),
@@ -119,9 +132,12 @@ extern "C" {
 #include "access/htup_details.h"
 #include "access/transam.h"
 #include "access/xact.h"
+#include "access/table.h"
 #include "catalog/objectaccess.h"
+#include "catalog/objectaddress.h"
 #include "catalog/pg_class_d.h"
 #include "catalog/pg_database_d.h"
+#include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/tuptable.h"
@@ -217,9 +233,23 @@ char *tag_lines = NULL; // in shared->area
 char *entries = NULL;	// in shared->area, after the tag lines
 char *replays = NULL;	// in shared->area, after the entries
 
-// Whether this transaction truncated or dropped an idem_records (file
-// header): then it neither asks nor fills the cache until it ends.
+// Whether this transaction truncated, dropped or altered an idem_records,
+// or altered or dropped a trigger of one (file header): then it neither
+// asks nor fills the cache until it ends, and bumps its database's epoch
+// when it commits.
 bool records_replaced = false;
+
+// Whether this transaction changed an idem_records by an UPDATE or DELETE
+// statement (the statement trigger idem_records_changing): the row trigger
+// forgets each key only when the statement ends, and other sessions cannot
+// refill it while the change is uncommitted, but until then this
+// transaction could still meet the entry. It neither asks nor fills the
+// cache until it ends.
+bool records_changed = false;
+
+// A database this transaction dropped: its epoch is bumped at the drop and
+// again at commit, after the backends still connected to it are gone.
+Oid dropped_database = InvalidOid;
 
 object_access_hook_type previous_object_access = NULL;
 
@@ -385,6 +415,32 @@ bool settled(HeapTupleHeader h)
 	return HEAP_XMAX_IS_LOCKED_ONLY(mask) || !TransactionIdDidCommit(xmax);
 }
 
+// Whether `rel` has both triggers of idem_records (pg_idem--0.1--0.2.sql),
+// enabled ALWAYS, so that every change made in SQL reaches the cache. A
+// database still on 0.1's SQL has neither, and an operator may disable
+// them: such records are never cached. Read under the filler's ROW
+// EXCLUSIVE lock on rel, which CREATE, ALTER and DROP TRIGGER wait for;
+// altering or dropping one bumps the epoch at commit (replaces_records).
+bool guarded_by_triggers(Relation rel)
+{
+	const TriggerDesc *desc = rel->trigdesc;
+	bool row = false;
+	bool statement = false;
+	for (int i = 0; desc != NULL && i < desc->numtriggers; i++) {
+		const Trigger &t = desc->triggers[i];
+		if (t.tgenabled != TRIGGER_FIRES_ALWAYS || !TRIGGER_FOR_UPDATE(t.tgtype) ||
+		    !TRIGGER_FOR_DELETE(t.tgtype))
+			continue;
+		if (strcmp(t.tgname, "idem_records_changed") == 0 && TRIGGER_FOR_ROW(t.tgtype) &&
+		    TRIGGER_FOR_AFTER(t.tgtype))
+			row = true;
+		if (strcmp(t.tgname, "idem_records_changing") == 0 && !TRIGGER_FOR_ROW(t.tgtype) &&
+		    TRIGGER_FOR_BEFORE(t.tgtype) && TRIGGER_FOR_TRUNCATE(t.tgtype))
+			statement = true;
+	}
+	return row && statement;
+}
+
 // Whether the cache may have an answer for ref's key in this transaction;
 // sets *hash to the key's hash. Most misses (every new key) end here,
 // without a lock and before anything is allocated.
@@ -530,7 +586,8 @@ void cache_init_shmem()
 
 bool cache_usable()
 {
-	return shared != NULL && !IsolationUsesXactSnapshot() && !records_replaced;
+	return shared != NULL && !IsolationUsesXactSnapshot() && !records_replaced &&
+	       !records_changed;
 }
 
 uint64 cache_generation(const bytea *id)
@@ -593,7 +650,7 @@ bool cache_lookup_completed(const ExtensionObjects &loc, const RecordRef &ref, T
 void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 		    const CacheableRecord &record, uint64 generation)
 {
-	if (!cache_usable() || !exact_id(ref.id))
+	if (!cache_usable() || !exact_id(ref.id) || !guarded_by_triggers(rel))
 		return;
 	bool should_free;
 	HeapTuple tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
@@ -700,16 +757,46 @@ bool named_records(Oid relid)
 	return named;
 }
 
+// The table of trigger `trigger`, or InvalidOid if there is no such
+// trigger. Its catalog row is still there when the drop hook runs, and an
+// alteration never changes its table.
+Oid trigger_table(Oid trigger)
+{
+	Relation triggers = table_open(TriggerRelationId, AccessShareLock);
+	HeapTuple row = get_catalog_object_by_oid(triggers, Anum_pg_trigger_oid, trigger);
+	Oid table = HeapTupleIsValid(row) ? reinterpret_cast<Form_pg_trigger>(GETSTRUCT(row))->tgrelid
+					  : InvalidOid;
+	table_close(triggers, AccessShareLock);
+	return table;
+}
+
+// Whether `access` may change an idem_records without its row trigger: a
+// TRUNCATE or DROP of it, an ALTER TABLE (a rename, a column's new type),
+// or an ALTER (ENABLE, DISABLE, RENAME) or DROP of one of its triggers. A
+// trigger that cannot be found counts.
+bool replaces_records(ObjectAccessType access, Oid class_id, Oid object_id, int sub_id)
+{
+	if (class_id == RelationRelationId)
+		return (access == OAT_TRUNCATE || access == OAT_POST_ALTER ||
+			(access == OAT_DROP && sub_id == 0)) &&
+		       named_records(object_id);
+	if (class_id == TriggerRelationId && (access == OAT_POST_ALTER || access == OAT_DROP)) {
+		Oid table = trigger_table(object_id);
+		return !OidIsValid(table) || named_records(table);
+	}
+	return false;
+}
+
 void note_emptying(ObjectAccessType access, Oid class_id, Oid object_id, int sub_id, void *arg)
 {
 	if (previous_object_access != NULL)
 		previous_object_access(access, class_id, object_id, sub_id, arg);
 	if (shared == NULL)
 		return;
-	if (access == OAT_DROP && class_id == DatabaseRelationId)
+	if (access == OAT_DROP && class_id == DatabaseRelationId) {
 		bump_epoch(object_id);
-	else if ((access == OAT_TRUNCATE || (access == OAT_DROP && sub_id == 0)) &&
-		 class_id == RelationRelationId && named_records(object_id))
+		dropped_database = object_id;
+	} else if (replaces_records(access, class_id, object_id, sub_id))
 		records_replaced = true;
 }
 
@@ -721,6 +808,8 @@ void bump_at_commit(XactEvent event, void *)
 	case XACT_EVENT_PRE_PREPARE:
 		if (records_replaced && shared != NULL)
 			bump_epoch(MyDatabaseId);
+		if (OidIsValid(dropped_database) && shared != NULL)
+			bump_epoch(dropped_database);
 		break;
 	case XACT_EVENT_COMMIT:
 	case XACT_EVENT_PARALLEL_COMMIT:
@@ -728,6 +817,8 @@ void bump_at_commit(XactEvent event, void *)
 	case XACT_EVENT_PARALLEL_ABORT:
 	case XACT_EVENT_PREPARE:
 		records_replaced = false;
+		records_changed = false;
+		dropped_database = InvalidOid;
 		break;
 	}
 }
@@ -743,15 +834,27 @@ void cache_register_hooks()
 
 } // namespace idem
 
-// The AFTER UPDATE OR DELETE row trigger of idem_records: forgets the key of
-// the old row (and of the new one, should an UPDATE change key_id), after the
-// modification, as cache_invalidate requires.
+// idem_records' two triggers (pg_idem--0.1--0.2.sql). As the AFTER UPDATE OR
+// DELETE row trigger idem_records_changed: forgets the key of the old row
+// (and of the new one, should an UPDATE change key_id), after the
+// modification, as cache_invalidate requires. As the BEFORE UPDATE OR
+// DELETE OR TRUNCATE statement trigger idem_records_changing: keeps this
+// transaction off the cache from then on, and a TRUNCATE (even one that
+// logical replication applies, which no object access hook sees) also
+// bumps the epoch at commit.
 IDEM_SQL_FUNCTION(idem_records_changed)
 {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR, errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 			errmsg("idem_records_changed: not called as a trigger"));
 	TriggerData *trigger = reinterpret_cast<TriggerData *>(fcinfo->context);
+	if (TRIGGER_FIRED_FOR_STATEMENT(trigger->tg_event)) {
+		if (TRIGGER_FIRED_BY_TRUNCATE(trigger->tg_event))
+			idem::records_replaced = true;
+		else
+			idem::records_changed = true;
+		return PointerGetDatum(NULL);
+	}
 	if (idem::shared != NULL) {
 		TupleDesc desc = RelationGetDescr(trigger->tg_relation);
 		bool isnull;

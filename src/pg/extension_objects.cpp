@@ -2,18 +2,15 @@
 extern "C" {
 #include "postgres.h"
 
-#include "access/genam.h"
 #include "access/htup_details.h"
-#include "access/stratnum.h"
 #include "access/table.h"
-#include "catalog/indexing.h"
 #include "catalog/namespace.h"
+#include "catalog/objectaddress.h"
 #include "catalog/pg_enum_d.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_type_d.h"
 #include "commands/extension.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
 #include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
@@ -34,15 +31,10 @@ ExtensionObjects objects;
 Oid extension_schema(Oid ext)
 {
 	Relation rel = table_open(ExtensionRelationId, AccessShareLock);
-	ScanKeyData skey;
-	ScanKeyInit(&skey, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
-		    ObjectIdGetDatum(ext));
-	SysScanDesc scan = systable_beginscan(rel, ExtensionOidIndexId, true, NULL, 1, &skey);
-	HeapTuple tuple = systable_getnext(scan);
+	HeapTuple tuple = get_catalog_object_by_oid(rel, Anum_pg_extension_oid, ext);
 	Oid schema = HeapTupleIsValid(tuple)
 			 ? reinterpret_cast<Form_pg_extension>(GETSTRUCT(tuple))->extnamespace
 			 : InvalidOid;
-	systable_endscan(scan);
 	table_close(rel, AccessShareLock);
 	return schema;
 }

@@ -48,9 +48,8 @@ WHERE scope = 'cache-a' AND key = 'k1';
 SELECT idem_try_insert('cache-a', 'k1') AS after_expiring_update;
 
 -- The same statement or transaction that deletes or expires a record sees
--- its key as new, although the row trigger forgets the key only when the
--- statement ends: the statement trigger keeps the transaction off the
--- cache.
+-- its key as new, although the AFTER row trigger forgets the key only when
+-- the statement ends: the BEFORE one keeps the transaction off the cache.
 SELECT idem_try_insert('cache-m', 'k') AS new_key;
 SELECT idem_try_insert('cache-m', 'k') AS fill, idem_try_insert('cache-m', 'k') AS hit;
 DELETE FROM idem_records WHERE scope = 'cache-m' AND key = 'k'
@@ -94,6 +93,52 @@ DELETE FROM idem_records WHERE scope = 'cache-n' AND key = 'k';
 RESET session_replication_role;
 SELECT idem_try_insert('cache-n', 'k') AS new_after_a_replica_delete;
 SELECT * FROM cache_counts WHERE scope = 'cache-n';
+
+-- Through a parent table too: its DELETE fires idem_records' row triggers.
+CREATE TABLE cache_parent (LIKE idem_records);
+ALTER TABLE idem_records INHERIT cache_parent;
+SELECT idem_try_insert('cache-p', 'k') AS new_key;
+SELECT idem_try_insert('cache-p', 'k') AS fill, idem_try_insert('cache-p', 'k') AS hit;
+DELETE FROM cache_parent WHERE scope = 'cache-p' AND key = 'k'
+RETURNING idem_try_insert(scope, key) AS new_again_in_the_parents_delete;
+ALTER TABLE idem_records NO INHERIT cache_parent;
+DROP TABLE cache_parent;
+
+-- pg_idem's own changes do not keep a transaction off the cache: after a
+-- completion in it, a cached key is still a hit.
+SELECT idem_try_insert('cache-p', 'cached') AS new_key;
+SELECT idem_try_insert('cache-p', 'cached') AS fill;
+BEGIN;
+SELECT status FROM idem_begin('cache-p', 'claimed');
+SELECT idem_complete('cache-p', 'claimed', 1);
+SELECT idem_try_insert('cache-p', 'cached') AS hit_after_a_completion;
+COMMIT;
+SELECT * FROM cache_counts WHERE scope = 'cache-p';
+
+-- CREATE OR REPLACE TRIGGER forgets the table: replaced as it was, the
+-- trigger is enabled for origin sessions only, and a replica's DELETE
+-- would not reach the cache.
+SELECT idem_try_insert('cache-p', 'k') AS fill, idem_try_insert('cache-p', 'k') AS hit;
+CREATE OR REPLACE TRIGGER idem_records_changed AFTER UPDATE OR DELETE ON idem_records
+    FOR EACH ROW WHEN (idem_cache_enabled()) EXECUTE FUNCTION idem_records_changed();
+SET session_replication_role = replica;
+DELETE FROM idem_records WHERE scope = 'cache-p' AND key = 'k';
+RESET session_replication_role;
+SELECT idem_try_insert('cache-p', 'k') AS new_after_a_replica_delete;
+-- Replaced with fewer events (only UPDATE OF status) and enabled ALWAYS,
+-- it would miss other changes: nothing is cached.
+CREATE OR REPLACE TRIGGER idem_records_changed AFTER UPDATE OF status OR DELETE ON idem_records
+    FOR EACH ROW WHEN (idem_cache_enabled()) EXECUTE FUNCTION idem_records_changed();
+ALTER TABLE idem_records ENABLE ALWAYS TRIGGER idem_records_changed;
+SELECT idem_try_insert('cache-p', 'k') AS from_table, idem_try_insert('cache-p', 'k') AS from_table_again;
+UPDATE idem_records SET expires_at = now() - interval '1 second'
+WHERE scope = 'cache-p' AND key = 'k';
+SELECT idem_try_insert('cache-p', 'k') AS taken_over;
+CREATE OR REPLACE TRIGGER idem_records_changed AFTER UPDATE OR DELETE ON idem_records
+    FOR EACH ROW WHEN (idem_cache_enabled()) EXECUTE FUNCTION idem_records_changed();
+ALTER TABLE idem_records ENABLE ALWAYS TRIGGER idem_records_changed;
+SELECT idem_try_insert('cache-p', 'k') AS fill, idem_try_insert('cache-p', 'k') AS hit;
+SELECT * FROM cache_counts WHERE scope = 'cache-p';
 
 -- A column rewritten by ALTER TABLE (no row trigger fires) forgets the
 -- table: idem_begin replays the new result, not the cached one.

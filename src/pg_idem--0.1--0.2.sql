@@ -139,17 +139,21 @@ REVOKE ALL ON @extschema@.idem_stats FROM PUBLIC;
 
 -- The duplicate cache (src/pg/duplicate_cache.cpp) must forget a key whose
 -- record changes or goes away. pg_idem's own writes tell it directly; these
--- triggers catch the rest (an operator's DELETE or UPDATE in SQL, a
--- replicated one). The row trigger forgets each changed key after the
--- change; the statement trigger, before any row changes, keeps the
--- changing transaction off the cache until it ends (the row trigger's
--- events wait for the end of the statement), and makes a TRUNCATE, even a
--- replicated one, forget the whole table when it commits. ALWAYS: also
--- when session_replication_role is replica. The cache keeps no record of
--- a table that lacks either of them, enabled ALWAYS, and altering or
--- dropping one forgets the whole table. The WHEN clauses spare servers
--- without the cache (the default) the queued after-trigger event of every
--- update.
+-- triggers, one C function, catch the rest (an operator's UPDATE, DELETE or
+-- TRUNCATE in SQL, also through a parent table, and a replicated one):
+--   idem_records_changed    forgets each changed key after its change;
+--   idem_records_changing   before a row changes, keeps the changing
+--                           transaction off the cache until it ends (the
+--                           first trigger's events wait for the end of the
+--                           statement);
+--   idem_records_truncating makes a TRUNCATE forget the whole table when
+--                           it commits (no object access hook sees a
+--                           replicated one).
+-- ALWAYS: also when session_replication_role is replica. The cache keeps
+-- no record of a table that lacks any of them as defined here, enabled
+-- ALWAYS, and creating, altering or dropping one forgets the whole table.
+-- The WHEN clauses spare servers without the cache (the default) the
+-- trigger calls and the queued after-trigger event of every update.
 CREATE FUNCTION @extschema@.idem_cache_enabled() RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_cache_enabled'
 LANGUAGE C STABLE STRICT PARALLEL SAFE;
@@ -162,9 +166,12 @@ CREATE TRIGGER idem_records_changed AFTER UPDATE OR DELETE ON @extschema@.idem_r
     FOR EACH ROW WHEN (@extschema@.idem_cache_enabled())
     EXECUTE FUNCTION @extschema@.idem_records_changed();
 ALTER TABLE @extschema@.idem_records ENABLE ALWAYS TRIGGER idem_records_changed;
-CREATE TRIGGER idem_records_changing BEFORE UPDATE OR DELETE OR TRUNCATE
-    ON @extschema@.idem_records
-    FOR EACH STATEMENT WHEN (@extschema@.idem_cache_enabled())
+CREATE TRIGGER idem_records_changing BEFORE UPDATE OR DELETE ON @extschema@.idem_records
+    FOR EACH ROW WHEN (@extschema@.idem_cache_enabled())
     EXECUTE FUNCTION @extschema@.idem_records_changed();
 ALTER TABLE @extschema@.idem_records ENABLE ALWAYS TRIGGER idem_records_changing;
+CREATE TRIGGER idem_records_truncating BEFORE TRUNCATE ON @extschema@.idem_records
+    FOR EACH STATEMENT WHEN (@extschema@.idem_cache_enabled())
+    EXECUTE FUNCTION @extschema@.idem_records_changed();
+ALTER TABLE @extschema@.idem_records ENABLE ALWAYS TRIGGER idem_records_truncating;
 REVOKE ALL ON FUNCTION @extschema@.idem_records_changed() FROM PUBLIC;

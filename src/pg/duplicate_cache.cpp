@@ -24,10 +24,10 @@
 //     UPDATE through the trigger, ...) invalidate too. A deleter or
 //     updater, even in progress or prepared, refuses it, and so does any
 //     multixact,
-//   - the table has both of its triggers enabled ALWAYS (below), read under
-//     the filler's ROW EXCLUSIVE lock, which ALTER TABLE ... TRIGGER waits
-//     for: a database still on 0.1's SQL, or one whose operator disabled
-//     either, is never cached,
+//   - the table has its three triggers as made (below), enabled ALWAYS,
+//     read under the filler's ROW EXCLUSIVE lock, which CREATE, ALTER and
+//     DROP TRIGGER wait for: a database still on 0.1's SQL, or one whose
+//     operator disabled or replaced one, is never cached,
 //   - the key id is exact (record_key.hpp's short form): a SHA-256 id is
 //     never cached, so a collision still reaches the table's scope and key
 //     comparison and raises its error,
@@ -58,12 +58,13 @@
 //
 // Table epochs. A TRUNCATE or a DROP of a table named idem_records (DROP
 // EXTENSION, DROP TABLE, DROP SCHEMA ... CASCADE) removes every record at
-// once, without the row trigger; an ALTER TABLE of it may rewrite every
-// record (a column's new type, USING anything) or rename it; an ALTER
-// (ENABLE, DISABLE, RENAME) or DROP of one of its triggers stops changes
-// from reaching the cache. The object access hook notes each in the
-// transaction that does it (and the statement trigger a TRUNCATE, also one
-// that logical replication applies, which no hook sees); that transaction
+// once, without the row triggers; an ALTER TABLE of it may rewrite every
+// record (a column's new type, USING anything) or rename it; a CREATE (OR
+// REPLACE), ALTER (ENABLE, DISABLE, RENAME) or DROP of one of its triggers
+// may stop changes from reaching the cache. The object access hook notes
+// each in the transaction that does it (and the trigger
+// idem_records_truncating a TRUNCATE, also one that logical replication
+// applies, which no hook sees); that transaction
 // then bumps its database's epoch just before it commits or prepares, so
 // every entry made before stops answering. It holds its ACCESS EXCLUSIVE lock by then, and until it
 // ends, so no entry can be made in between: a filler holds ROW EXCLUSIVE on
@@ -85,11 +86,13 @@
 // commits, the new version, which is then the truth; idem_begin's locking
 // read waits for that commit). A prepared transaction's change leaves its
 // xmax in the tuple, so nothing is cached until it resolves. Plain SQL DML
-// on idem_records goes through the two triggers below (README): the AFTER
-// row trigger invalidates each changed key after its change, and the
-// BEFORE statement trigger keeps the changing transaction off the cache
-// until it ends, since it could otherwise meet an entry between a row's
-// change and the end of the statement, when the row trigger fires.
+// on idem_records (also through a parent table, or replicated) goes
+// through the row triggers below (README): the AFTER one invalidates each
+// changed key after its change, and the BEFORE one keeps the changing
+// transaction off the cache until it ends, since it could otherwise meet
+// an entry between a row's change and the end of the statement, when the
+// AFTER one fires. pg_idem's own changes in SQL are exempt from the BEFORE
+// one (cache_own_change_begin): they invalidate at once.
 //
 // The table. cache_size entries rounded up to whole buckets of `ways`
 // entries (set associative): a key lives only in one bucket (bucket_index),
@@ -129,13 +132,13 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/detoast.h"
+#include "access/genam.h"
 #include "access/htup_details.h"
+#include "access/table.h"
 #include "access/transam.h"
 #include "access/xact.h"
-#include "access/table.h"
 #include "catalog/objectaccess.h"
-#include "catalog/objectaddress.h"
-#include "catalog/pg_class_d.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_database_d.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
@@ -148,8 +151,10 @@ extern "C" {
 #include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
+#include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
+#include "utils/snapmgr.h"
 }
 
 #include "core/claim_rules.hpp"
@@ -234,18 +239,22 @@ char *entries = NULL;	// in shared->area, after the tag lines
 char *replays = NULL;	// in shared->area, after the entries
 
 // Whether this transaction truncated, dropped or altered an idem_records,
-// or altered or dropped a trigger of one (file header): then it neither
-// asks nor fills the cache until it ends, and bumps its database's epoch
-// when it commits.
+// or created, altered or dropped a trigger of one (file header): then it
+// neither asks nor fills the cache until it ends, and bumps its database's
+// epoch when it commits.
 bool records_replaced = false;
 
-// Whether this transaction changed an idem_records by an UPDATE or DELETE
-// statement (the statement trigger idem_records_changing): the row trigger
-// forgets each key only when the statement ends, and other sessions cannot
-// refill it while the change is uncommitted, but until then this
-// transaction could still meet the entry. It neither asks nor fills the
-// cache until it ends.
+// Whether this transaction changed a row of an idem_records in SQL (the
+// trigger idem_records_changing): the row trigger forgets each key only
+// when the statement ends, and other sessions cannot refill it while the
+// change is uncommitted, but until then this transaction could still meet
+// the entry. It neither asks nor fills the cache until it ends.
 bool records_changed = false;
+
+// The key id whose record pg_idem's own SQL is changing now
+// (cache_own_change_begin), own_change_len bytes; 0 when none.
+uint8 own_change_id[max_key_id_bytes];
+size_t own_change_len = 0;
 
 // A database this transaction dropped: its epoch is bumped at the drop and
 // again at commit, after the backends still connected to it are gone.
@@ -415,30 +424,45 @@ bool settled(HeapTupleHeader h)
 	return HEAP_XMAX_IS_LOCKED_ONLY(mask) || !TransactionIdDidCommit(xmax);
 }
 
-// Whether `rel` has both triggers of idem_records (pg_idem--0.1--0.2.sql),
-// enabled ALWAYS, so that every change made in SQL reaches the cache. A
-// database still on 0.1's SQL has neither, and an operator may disable
-// them: such records are never cached. Read under the filler's ROW
-// EXCLUSIVE lock on rel, which CREATE, ALTER and DROP TRIGGER wait for;
-// altering or dropping one bumps the epoch at commit (replaces_records).
+// Whether `rel` has the three triggers of idem_records as
+// pg_idem--0.1--0.2.sql makes them (name, events, no column list or
+// arguments, pg_idem's function), each enabled ALWAYS, so that every change
+// made in SQL reaches the cache. A database still on 0.1's SQL has none,
+// and an operator may disable or replace them: such records are never
+// cached. Read under the filler's ROW EXCLUSIVE lock on rel, which CREATE,
+// ALTER and DROP TRIGGER wait for; each of those bumps the epoch at commit
+// (replaces_records), so no entry made before answers after.
 bool guarded_by_triggers(Relation rel)
 {
 	const TriggerDesc *desc = rel->trigdesc;
-	bool row = false;
-	bool statement = false;
+	Oid function = extension_objects().records_trigger_function;
+	bool changed = false;
+	bool changing = false;
+	bool truncating = false;
 	for (int i = 0; desc != NULL && i < desc->numtriggers; i++) {
 		const Trigger &t = desc->triggers[i];
-		if (t.tgenabled != TRIGGER_FIRES_ALWAYS || !TRIGGER_FOR_UPDATE(t.tgtype) ||
-		    !TRIGGER_FOR_DELETE(t.tgtype))
+		int16 type = t.tgtype;
+		if (t.tgenabled != TRIGGER_FIRES_ALWAYS || t.tgfoid != function || t.tgnattr != 0 ||
+		    t.tgnargs != 0)
 			continue;
-		if (strcmp(t.tgname, "idem_records_changed") == 0 && TRIGGER_FOR_ROW(t.tgtype) &&
-		    TRIGGER_FOR_AFTER(t.tgtype))
-			row = true;
-		if (strcmp(t.tgname, "idem_records_changing") == 0 && !TRIGGER_FOR_ROW(t.tgtype) &&
-		    TRIGGER_FOR_BEFORE(t.tgtype) && TRIGGER_FOR_TRUNCATE(t.tgtype))
-			statement = true;
+		bool updates_deletes = TRIGGER_FOR_UPDATE(type) && TRIGGER_FOR_DELETE(type);
+		if (strcmp(t.tgname, "idem_records_changed") == 0)
+			changed = TRIGGER_FOR_ROW(type) && TRIGGER_FOR_AFTER(type) && updates_deletes;
+		else if (strcmp(t.tgname, "idem_records_changing") == 0)
+			changing = TRIGGER_FOR_ROW(type) && TRIGGER_FOR_BEFORE(type) && updates_deletes;
+		else if (strcmp(t.tgname, "idem_records_truncating") == 0)
+			truncating = !TRIGGER_FOR_ROW(type) && TRIGGER_FOR_BEFORE(type) &&
+				     TRIGGER_FOR_TRUNCATE(type);
 	}
-	return row && statement;
+	return changed && changing && truncating;
+}
+
+// Whether `id` is the key id whose record pg_idem's own SQL is changing.
+bool own_change(const bytea *id)
+{
+	size_t len = VARSIZE_ANY_EXHDR(id);
+	return own_change_len > 0 && len == own_change_len &&
+	       memcmp(VARDATA_ANY(id), own_change_id, len) == 0;
 }
 
 // Whether the cache may have an answer for ref's key in this transaction;
@@ -724,6 +748,16 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 	LWLockRelease(shared->lock);
 }
 
+void cache_own_change_begin(const bytea *id)
+{
+	size_t len = VARSIZE_ANY_EXHDR(id);
+	Assert(len > 0 && len <= max_key_id_bytes);
+	memcpy(own_change_id, VARDATA_ANY(id), len);
+	own_change_len = len;
+}
+
+void cache_own_change_end() { own_change_len = 0; }
+
 void cache_invalidate(const bytea *id)
 {
 	// Only exact ids are ever cached, and a counter only protects the
@@ -746,42 +780,64 @@ void bump_epoch(Oid dbid)
 	LWLockRelease(shared->lock);
 }
 
-// Whether relid is a table named idem_records, in any schema: a user's own
-// table of that name only costs the entries of its database.
+// The row of object `oid` in `catalog` (found by its OID index `index` on
+// column `oid_column`) as the running command sees it, its own uncommitted
+// changes included (SnapshotSelf): an object access hook runs before the
+// command counter increment that would show them to the catalog snapshot.
+// Returns whether there is one, after calling `read` with it.
+template <typename Read>
+bool read_current_row(Oid catalog, Oid index, AttrNumber oid_column, Oid oid, Read read)
+{
+	Relation rel = table_open(catalog, AccessShareLock);
+	ScanKeyData key;
+	ScanKeyInit(&key, oid_column, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(oid));
+	SysScanDesc scan = systable_beginscan(rel, index, true, SnapshotSelf, 1, &key);
+	HeapTuple row = systable_getnext(scan);
+	bool found = HeapTupleIsValid(row);
+	if (found)
+		read(row);
+	systable_endscan(scan);
+	table_close(rel, AccessShareLock);
+	return found;
+}
+
+// Whether relid is a table named idem_records, in any schema, before the
+// running command or after it (a rename away or back): a user's own table
+// of that name only costs the entries of its database.
 bool named_records(Oid relid)
 {
-	char *name = get_rel_name(relid);
-	bool named = name != NULL && strcmp(name, "idem_records") == 0;
-	if (name != NULL)
-		pfree(name);
+	char *before = get_rel_name(relid);
+	bool named = before != NULL && strcmp(before, "idem_records") == 0;
+	if (before != NULL)
+		pfree(before);
+	read_current_row(RelationRelationId, ClassOidIndexId, Anum_pg_class_oid, relid,
+			 [&](HeapTuple row) {
+				 named = named || strcmp(NameStr(reinterpret_cast<Form_pg_class>(
+							     GETSTRUCT(row))
+							     ->relname),
+							 "idem_records") == 0;
+			 });
 	return named;
 }
 
-// The table of trigger `trigger`, or InvalidOid if there is no such
-// trigger. Its catalog row is still there when the drop hook runs, and an
-// alteration never changes its table.
-Oid trigger_table(Oid trigger)
-{
-	Relation triggers = table_open(TriggerRelationId, AccessShareLock);
-	HeapTuple row = get_catalog_object_by_oid(triggers, Anum_pg_trigger_oid, trigger);
-	Oid table = HeapTupleIsValid(row) ? reinterpret_cast<Form_pg_trigger>(GETSTRUCT(row))->tgrelid
-					  : InvalidOid;
-	table_close(triggers, AccessShareLock);
-	return table;
-}
-
-// Whether `access` may change an idem_records without its row trigger: a
-// TRUNCATE or DROP of it, an ALTER TABLE (a rename, a column's new type),
-// or an ALTER (ENABLE, DISABLE, RENAME) or DROP of one of its triggers. A
-// trigger that cannot be found counts.
+// Whether `access` may change an idem_records without its row triggers: a
+// TRUNCATE, DROP or ALTER TABLE of it (a rename, a column's new type USING
+// anything), or a CREATE (OR REPLACE), ALTER (ENABLE, DISABLE, RENAME) or
+// DROP of one of its triggers. A trigger that cannot be found counts.
 bool replaces_records(ObjectAccessType access, Oid class_id, Oid object_id, int sub_id)
 {
 	if (class_id == RelationRelationId)
 		return (access == OAT_TRUNCATE || access == OAT_POST_ALTER ||
 			(access == OAT_DROP && sub_id == 0)) &&
 		       named_records(object_id);
-	if (class_id == TriggerRelationId && (access == OAT_POST_ALTER || access == OAT_DROP)) {
-		Oid table = trigger_table(object_id);
+	if (class_id == TriggerRelationId &&
+	    (access == OAT_POST_CREATE || access == OAT_POST_ALTER || access == OAT_DROP)) {
+		Oid table = InvalidOid;
+		read_current_row(TriggerRelationId, TriggerOidIndexId, Anum_pg_trigger_oid,
+				 object_id, [&](HeapTuple row) {
+					 table = reinterpret_cast<Form_pg_trigger>(GETSTRUCT(row))
+						     ->tgrelid;
+				 });
 		return !OidIsValid(table) || named_records(table);
 	}
 	return false;
@@ -819,8 +875,17 @@ void bump_at_commit(XactEvent event, void *)
 		records_replaced = false;
 		records_changed = false;
 		dropped_database = InvalidOid;
+		own_change_len = 0;
 		break;
 	}
+}
+
+// An error between cache_own_change_begin and _end that a savepoint
+// catches must not leave the key exempt from idem_records_changing.
+void end_own_change_on_abort(SubXactEvent event, SubTransactionId, SubTransactionId, void *)
+{
+	if (event == SUBXACT_EVENT_ABORT_SUB)
+		own_change_len = 0;
 }
 
 } // namespace
@@ -830,34 +895,42 @@ void cache_register_hooks()
 	previous_object_access = object_access_hook;
 	object_access_hook = note_emptying;
 	RegisterXactCallback(bump_at_commit, NULL);
+	RegisterSubXactCallback(end_own_change_on_abort, NULL);
 }
 
 } // namespace idem
 
-// idem_records' two triggers (pg_idem--0.1--0.2.sql). As the AFTER UPDATE OR
-// DELETE row trigger idem_records_changed: forgets the key of the old row
-// (and of the new one, should an UPDATE change key_id), after the
-// modification, as cache_invalidate requires. As the BEFORE UPDATE OR
-// DELETE OR TRUNCATE statement trigger idem_records_changing: keeps this
-// transaction off the cache from then on, and a TRUNCATE (even one that
-// logical replication applies, which no object access hook sees) also
-// bumps the epoch at commit.
+// idem_records' three triggers (pg_idem--0.1--0.2.sql; file header):
+//   idem_records_changed, AFTER UPDATE OR DELETE, per row: forgets the key
+//     of the old row (and of the new one, should an UPDATE change key_id),
+//     after the change, as cache_invalidate requires;
+//   idem_records_changing, BEFORE UPDATE OR DELETE, per row: keeps this
+//     transaction off the cache until it ends, unless the change is
+//     pg_idem's own (cache_own_change_begin), which invalidates at once;
+//   idem_records_truncating, BEFORE TRUNCATE: the same, and the epoch is
+//     bumped at commit (even for a TRUNCATE that logical replication
+//     applies, which no object access hook sees).
 IDEM_SQL_FUNCTION(idem_records_changed)
 {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR, errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 			errmsg("idem_records_changed: not called as a trigger"));
 	TriggerData *trigger = reinterpret_cast<TriggerData *>(fcinfo->context);
-	if (TRIGGER_FIRED_FOR_STATEMENT(trigger->tg_event)) {
-		if (TRIGGER_FIRED_BY_TRUNCATE(trigger->tg_event))
-			idem::records_replaced = true;
-		else
-			idem::records_changed = true;
+	TriggerEvent event = trigger->tg_event;
+	TupleDesc desc = RelationGetDescr(trigger->tg_relation);
+	bool isnull;
+	if (TRIGGER_FIRED_BY_TRUNCATE(event)) {
+		idem::records_replaced = true;
 		return PointerGetDatum(NULL);
 	}
+	if (TRIGGER_FIRED_BEFORE(event)) {
+		Datum id = heap_getattr(trigger->tg_trigtuple, 1, desc, &isnull);
+		if (isnull || !idem::own_change(DatumGetByteaPP(id)))
+			idem::records_changed = true;
+		return PointerGetDatum(TRIGGER_FIRED_BY_UPDATE(event) ? trigger->tg_newtuple
+								      : trigger->tg_trigtuple);
+	}
 	if (idem::shared != NULL) {
-		TupleDesc desc = RelationGetDescr(trigger->tg_relation);
-		bool isnull;
 		HeapTuple rows[] = {trigger->tg_trigtuple, trigger->tg_newtuple};
 		for (HeapTuple row : rows) {
 			if (row == NULL)

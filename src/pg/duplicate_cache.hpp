@@ -78,4 +78,11 @@ void cache_remember(Relation rel, struct TupleTableSlot *slot, const RecordRef &
 // database's invalidation counter.
 void cache_invalidate(const bytea *id);
 
+// Around pg_idem's own UPDATE or DELETE in SQL of the record of key id `id`,
+// which calls cache_invalidate(id) right after it: the trigger
+// idem_records_changing then lets that row's change keep the transaction on
+// the cache. An error in between is cleared by the (sub)transaction's abort.
+void cache_own_change_begin(const bytea *id);
+void cache_own_change_end();
+
 } // namespace idem

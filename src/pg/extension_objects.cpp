@@ -8,6 +8,7 @@ extern "C" {
 #include "catalog/objectaddress.h"
 #include "catalog/pg_enum_d.h"
 #include "catalog/pg_extension.h"
+#include "catalog/pg_proc_d.h"
 #include "catalog/pg_type_d.h"
 #include "commands/extension.h"
 #include "utils/builtins.h"
@@ -90,6 +91,9 @@ const ExtensionObjects &extension_objects()
 	found.status_completed = enum_label(found.status_type, "completed");
 	found.status_failed = enum_label(found.status_type, "failed");
 	found.status_dead = enum_label(found.status_type, "dead");
+	found.records_trigger_function =
+	    GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid, CStringGetDatum("idem_records_changed"),
+			    PointerGetDatum(buildoidvector(NULL, 0)), ObjectIdGetDatum(schema));
 
 	const char *schema_name = get_namespace_name(schema);
 	for (const char *old : {objects.schema_name, objects.records_name, objects.scopes_name,

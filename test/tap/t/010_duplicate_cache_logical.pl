@@ -1,10 +1,10 @@
 # The duplicate cache on a logical replication subscriber of idem_records:
 # the changes the apply worker makes must reach the cache as an operator's
-# would. A replicated DELETE fires the row trigger (enabled ALWAYS, so also
+# would. A replicated DELETE fires the row triggers (enabled ALWAYS, so also
 # under the apply worker's session_replication_role = replica), and a
-# replicated TRUNCATE, which no object access hook sees, fires the
-# statement trigger: after either, a key the subscriber's cache knew is new
-# there.
+# replicated TRUNCATE, which no object access hook sees, fires the trigger
+# idem_records_truncating: after either, a key the subscriber's cache knew
+# is new there.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;

@@ -140,6 +140,48 @@ ALTER TABLE idem_records ENABLE ALWAYS TRIGGER idem_records_changed;
 SELECT idem_try_insert('cache-p', 'k') AS fill, idem_try_insert('cache-p', 'k') AS hit;
 SELECT * FROM cache_counts WHERE scope = 'cache-p';
 
+-- A trigger's WHEN clause replaced (here by one that never fires), or the
+-- function it calls: nothing is cached, and a DELETE the trigger misses
+-- leaves no stale entry.
+SELECT idem_try_insert('cache-q', 'k') AS new_key;
+SELECT idem_try_insert('cache-q', 'k') AS fill, idem_try_insert('cache-q', 'k') AS hit;
+CREATE OR REPLACE TRIGGER idem_records_changed AFTER UPDATE OR DELETE ON idem_records
+    FOR EACH ROW WHEN (false) EXECUTE FUNCTION idem_records_changed();
+ALTER TABLE idem_records ENABLE ALWAYS TRIGGER idem_records_changed;
+SELECT idem_try_insert('cache-q', 'k') AS from_table, idem_try_insert('cache-q', 'k') AS from_table_again;
+DELETE FROM idem_records WHERE scope = 'cache-q' AND key = 'k';
+SELECT idem_try_insert('cache-q', 'k') AS new_after_an_unseen_delete;
+CREATE OR REPLACE TRIGGER idem_records_changed AFTER UPDATE OR DELETE ON idem_records
+    FOR EACH ROW WHEN (idem_cache_enabled()) EXECUTE FUNCTION idem_records_changed();
+ALTER TABLE idem_records ENABLE ALWAYS TRIGGER idem_records_changed;
+SELECT idem_try_insert('cache-q', 'k') AS fill, idem_try_insert('cache-q', 'k') AS hit;
+CREATE OR REPLACE FUNCTION idem_cache_enabled() RETURNS boolean
+LANGUAGE sql STABLE STRICT PARALLEL SAFE AS 'SELECT false';
+SELECT idem_try_insert('cache-q', 'k') AS from_table, idem_try_insert('cache-q', 'k') AS from_table_again;
+DELETE FROM idem_records WHERE scope = 'cache-q' AND key = 'k';
+SELECT idem_try_insert('cache-q', 'k') AS new_after_an_unseen_delete;
+CREATE OR REPLACE FUNCTION idem_cache_enabled() RETURNS boolean
+AS '$libdir/pg_idem', 'idem_cache_enabled' LANGUAGE C STABLE STRICT PARALLEL SAFE;
+SELECT idem_try_insert('cache-q', 'k') AS fill, idem_try_insert('cache-q', 'k') AS hit;
+SELECT * FROM cache_counts WHERE scope = 'cache-q';
+
+-- A user's trigger fired by pg_idem's own change (here idem_forget's
+-- DELETE) sees the key as new: meanwhile nothing uses the cache.
+CREATE TABLE requeued (key text, is_new boolean);
+CREATE FUNCTION requeue() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO requeued VALUES (OLD.key, idem_try_insert(OLD.scope, OLD.key));
+    RETURN OLD;
+END $$;
+CREATE TRIGGER a_requeue AFTER DELETE ON idem_records
+    FOR EACH ROW WHEN (OLD.scope = 'cache-q') EXECUTE FUNCTION requeue();
+SELECT idem_try_insert('cache-q', 'k') AS fill, idem_try_insert('cache-q', 'k') AS hit;
+SELECT idem_forget('cache-q', 'k');
+SELECT * FROM requeued;
+DROP TRIGGER a_requeue ON idem_records;
+DROP TABLE requeued;
+DROP FUNCTION requeue();
+
 -- A column rewritten by ALTER TABLE (no row trigger fires) forgets the
 -- table: idem_begin replays the new result, not the cached one.
 SELECT status FROM idem_begin('cache-o', 'k');

@@ -293,9 +293,9 @@ bool write_claim(const BeginArgs &args, bool exists, int attempt, int attempt_ba
 	    "last_error = CASE WHEN $12 THEN NULL ELSE last_error END, result = NULL "
 	    "WHERE key_id OPERATOR(pg_catalog.=) $1",
 	    12, types);
-	idem::cache_own_change_begin(args.ref.id);
+	idem::OwnChange own = idem::cache_own_change_begin(args.ref.id);
 	run(st, values, nulls, SPI_OK_UPDATE);
-	idem::cache_own_change_end();
+	idem::cache_own_change_end(own);
 	idem::cache_invalidate(args.ref.id);
 	return true;
 }
@@ -315,9 +315,9 @@ void mark_dead(const idem::RecordRef &ref, int attempts)
 			  CStringGetTextDatum(psprintf("attempts used up: attempt %d did not finish "
 						       "before its lease expired",
 						       attempts))};
-	idem::cache_own_change_begin(ref.id);
+	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
 	run(st, values, NULL, SPI_OK_UPDATE);
-	idem::cache_own_change_end();
+	idem::cache_own_change_end(own);
 	idem::cache_invalidate(ref.id);
 }
 
@@ -621,9 +621,9 @@ IDEM_SQL_FUNCTION(idem_complete)
 	char nulls[] = "     ";
 	if (PG_ARGISNULL(3))
 		nulls[2] = 'n';
-	idem::cache_own_change_begin(ref.id);
+	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
 	uint64 completed = run(st, values, nulls, SPI_OK_UPDATE);
-	idem::cache_own_change_end();
+	idem::cache_own_change_end(own);
 	if (completed == 0)
 		refuse_not_holder(fn, ref, attempt, read_record(ref, false));
 	idem::cache_invalidate(ref.id);
@@ -669,9 +669,9 @@ IDEM_SQL_FUNCTION(idem_fail)
 	Datum values[] = {PointerGetDatum(ref.id), ObjectIdGetDatum(status_oid(outcome)),
 			  PG_GETARG_DATUM(3), TimestampTzGetDatum(now),
 			  TimestampTzGetDatum(idem::record_expiry(fn, now, NULL, settings))};
-	idem::cache_own_change_begin(ref.id);
+	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
 	run(st, values, NULL, SPI_OK_UPDATE);
-	idem::cache_own_change_end();
+	idem::cache_own_change_end(own);
 	idem::cache_invalidate(ref.id);
 	idem::claim_wake_at_commit(ref.id);
 	SPI_finish();

@@ -60,15 +60,20 @@
 // EXTENSION, DROP TABLE, DROP SCHEMA ... CASCADE) removes every record at
 // once, without the row triggers; an ALTER TABLE of it may rewrite every
 // record (a column's new type, USING anything) or rename it; a CREATE (OR
-// REPLACE), ALTER (ENABLE, DISABLE, RENAME) or DROP of one of its triggers
-// may stop changes from reaching the cache. The object access hook notes
-// each in the transaction that does it (and the trigger
-// idem_records_truncating a TRUNCATE, also one that logical replication
-// applies, which no hook sees); that transaction
-// then bumps its database's epoch just before it commits or prepares, so
-// every entry made before stops answering. It holds its ACCESS EXCLUSIVE lock by then, and until it
-// ends, so no entry can be made in between: a filler holds ROW EXCLUSIVE on
-// idem_records while it reads the record and inserts the entry. Before that
+// REPLACE), ALTER (ENABLE, DISABLE, RENAME) or DROP of one of its triggers,
+// or a new definition of a function they run, may stop changes from
+// reaching the cache. The object access hook notes each in the transaction
+// that does it (and the trigger idem_records_truncating a TRUNCATE, also
+// one that logical replication applies, which no hook sees); that
+// transaction then bumps its database's epoch just before it commits or
+// prepares, so every entry made before stops answering. A TRUNCATE or DROP
+// holds its ACCESS EXCLUSIVE lock by then, and a trigger's change its SHARE
+// ROW EXCLUSIVE, until it ends, so no entry can be made in between: a
+// filler holds ROW EXCLUSIVE on idem_records while it reads the record and
+// inserts the entry. (A function's new definition takes no such lock: a
+// transaction that held its lock on idem_records since before that commit
+// may still fill with what it knew. Replacing pg_idem's functions while
+// claims run is not supported.) Before that
 // commit a hit answers what the table still holds for everyone else; and
 // the transaction itself, which already sees the table emptied, does not
 // use the cache at all from the hook on. (The hook may run before the lock
@@ -140,21 +145,26 @@ extern "C" {
 #include "catalog/objectaccess.h"
 #include "catalog/pg_class.h"
 #include "catalog/pg_database_d.h"
+#include "catalog/pg_language_d.h"
+#include "catalog/pg_proc.h"
 #include "catalog/pg_trigger.h"
 #include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
 #include "miscadmin.h"
+#include "nodes/primnodes.h"
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/syscache.h"
 }
 
 #include "core/claim_rules.hpp"
@@ -251,10 +261,15 @@ bool records_replaced = false;
 // the entry. It neither asks nor fills the cache until it ends.
 bool records_changed = false;
 
-// The key id whose record pg_idem's own SQL is changing now
-// (cache_own_change_begin), own_change_len bytes; 0 when none.
-uint8 own_change_id[max_key_id_bytes];
-size_t own_change_len = 0;
+// The record pg_idem's own SQL is changing now (cache_own_change_begin).
+OwnChange own_change = {0, {}};
+
+// Whether the triggers of the idem_records `guard_relid` keep the cache
+// exact (guarded_by_triggers): -1 until worked out. Forgotten when that
+// table's relcache entry is invalidated (any CREATE, ALTER or DROP TRIGGER
+// on it) or any function's catalog row changes.
+int guard_verdict = -1;
+Oid guard_relid = InvalidOid;
 
 // A database this transaction dropped: its epoch is bumped at the drop and
 // again at commit, after the backends still connected to it are gone.
@@ -424,45 +439,88 @@ bool settled(HeapTupleHeader h)
 	return HEAP_XMAX_IS_LOCKED_ONLY(mask) || !TransactionIdDidCommit(xmax);
 }
 
-// Whether `rel` has the three triggers of idem_records as
-// pg_idem--0.1--0.2.sql makes them (name, events, no column list or
-// arguments, pg_idem's function), each enabled ALWAYS, so that every change
-// made in SQL reaches the cache. A database still on 0.1's SQL has none,
-// and an operator may disable or replace them: such records are never
-// cached. Read under the filler's ROW EXCLUSIVE lock on rel, which CREATE,
-// ALTER and DROP TRIGGER wait for; each of those bumps the epoch at commit
-// (replaces_records), so no entry made before answers after.
+// Whether `function` is pg_idem's C function `symbol`, as the install
+// script makes it (CREATE OR REPLACE FUNCTION keeps its OID).
+bool is_own_function(Oid function, const char *symbol)
+{
+	HeapTuple row = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
+	if (!HeapTupleIsValid(row))
+		return false;
+	bool ours = reinterpret_cast<Form_pg_proc>(GETSTRUCT(row))->prolang == ClanguageId;
+	bool isnull;
+	Datum src = SysCacheGetAttr(PROCOID, row, Anum_pg_proc_prosrc, &isnull);
+	if (ours && !isnull) {
+		char *name = TextDatumGetCString(src);
+		ours = strcmp(name, symbol) == 0;
+		pfree(name);
+	}
+	ReleaseSysCache(row);
+	return ours && !isnull;
+}
+
+// Whether trigger `t` is one of idem_records' as the install script makes
+// it: enabled ALWAYS, not deferred, no column list or arguments, pg_idem's
+// function, and WHEN (idem_cache_enabled()) or none, `row`-level or not,
+// BEFORE or not, for UPDATE OR DELETE or for TRUNCATE.
+bool made_as_installed(const Trigger &t, const ExtensionObjects &loc, bool row, bool before,
+		       bool truncate)
+{
+	int16 type = t.tgtype;
+	if (t.tgenabled != TRIGGER_FIRES_ALWAYS || t.tgdeferrable || t.tginitdeferred ||
+	    t.tgnattr != 0 || t.tgnargs != 0 || t.tgfoid != loc.records_trigger_function ||
+	    bool(TRIGGER_FOR_ROW(type)) != row || bool(TRIGGER_FOR_BEFORE(type)) != before ||
+	    !(truncate ? TRIGGER_FOR_TRUNCATE(type)
+		       : TRIGGER_FOR_UPDATE(type) && TRIGGER_FOR_DELETE(type)))
+		return false;
+	if (t.tgqual == NULL)
+		return true;
+	Node *when = static_cast<Node *>(stringToNode(t.tgqual));
+	return IsA(when, FuncExpr) && reinterpret_cast<FuncExpr *>(when)->funcid ==
+					  loc.cache_enabled_function &&
+	       reinterpret_cast<FuncExpr *>(when)->args == NIL;
+}
+
+// Whether `rel` has the three triggers of idem_records as the install script
+// makes them (made_as_installed), with pg_idem's functions, so that every
+// change made in SQL reaches the cache. A database still on 0.1's SQL has
+// none, and an operator may disable or replace them: such records are
+// never cached. Read under the filler's ROW EXCLUSIVE lock on rel, which
+// CREATE, ALTER and DROP TRIGGER wait for; each of those, and a new
+// definition of either function, bumps the epoch at commit
+// (replaces_records), so no entry made before answers after. Worked out
+// once per relcache entry (guard_verdict).
 bool guarded_by_triggers(Relation rel)
 {
+	if (guard_verdict >= 0 && guard_relid == RelationGetRelid(rel))
+		return guard_verdict == 1;
+	const ExtensionObjects &loc = extension_objects();
 	const TriggerDesc *desc = rel->trigdesc;
-	Oid function = extension_objects().records_trigger_function;
 	bool changed = false;
 	bool changing = false;
 	bool truncating = false;
 	for (int i = 0; desc != NULL && i < desc->numtriggers; i++) {
 		const Trigger &t = desc->triggers[i];
-		int16 type = t.tgtype;
-		if (t.tgenabled != TRIGGER_FIRES_ALWAYS || t.tgfoid != function || t.tgnattr != 0 ||
-		    t.tgnargs != 0)
-			continue;
-		bool updates_deletes = TRIGGER_FOR_UPDATE(type) && TRIGGER_FOR_DELETE(type);
 		if (strcmp(t.tgname, "idem_records_changed") == 0)
-			changed = TRIGGER_FOR_ROW(type) && TRIGGER_FOR_AFTER(type) && updates_deletes;
+			changed = made_as_installed(t, loc, true, false, false);
 		else if (strcmp(t.tgname, "idem_records_changing") == 0)
-			changing = TRIGGER_FOR_ROW(type) && TRIGGER_FOR_BEFORE(type) && updates_deletes;
+			changing = made_as_installed(t, loc, true, true, false);
 		else if (strcmp(t.tgname, "idem_records_truncating") == 0)
-			truncating = !TRIGGER_FOR_ROW(type) && TRIGGER_FOR_BEFORE(type) &&
-				     TRIGGER_FOR_TRUNCATE(type);
+			truncating = made_as_installed(t, loc, false, true, true);
 	}
-	return changed && changing && truncating;
+	bool guarded = changed && changing && truncating &&
+		       is_own_function(loc.records_trigger_function, "idem_records_changed") &&
+		       is_own_function(loc.cache_enabled_function, "idem_cache_enabled");
+	guard_relid = RelationGetRelid(rel);
+	guard_verdict = guarded ? 1 : 0;
+	return guarded;
 }
 
 // Whether `id` is the key id whose record pg_idem's own SQL is changing.
-bool own_change(const bytea *id)
+bool own_change_of(const bytea *id)
 {
 	size_t len = VARSIZE_ANY_EXHDR(id);
-	return own_change_len > 0 && len == own_change_len &&
-	       memcmp(VARDATA_ANY(id), own_change_id, len) == 0;
+	return own_change.len > 0 && len == own_change.len &&
+	       memcmp(VARDATA_ANY(id), own_change.id, len) == 0;
 }
 
 // Whether the cache may have an answer for ref's key in this transaction;
@@ -611,7 +669,7 @@ void cache_init_shmem()
 bool cache_usable()
 {
 	return shared != NULL && !IsolationUsesXactSnapshot() && !records_replaced &&
-	       !records_changed;
+	       !records_changed && own_change.len == 0;
 }
 
 uint64 cache_generation(const bytea *id)
@@ -748,15 +806,17 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 	LWLockRelease(shared->lock);
 }
 
-void cache_own_change_begin(const bytea *id)
+OwnChange cache_own_change_begin(const bytea *id)
 {
+	OwnChange interrupted = own_change;
 	size_t len = VARSIZE_ANY_EXHDR(id);
 	Assert(len > 0 && len <= max_key_id_bytes);
-	memcpy(own_change_id, VARDATA_ANY(id), len);
-	own_change_len = len;
+	memcpy(own_change.id, VARDATA_ANY(id), len);
+	own_change.len = len;
+	return interrupted;
 }
 
-void cache_own_change_end() { own_change_len = 0; }
+void cache_own_change_end(const OwnChange &interrupted) { own_change = interrupted; }
 
 void cache_invalidate(const bytea *id)
 {
@@ -812,26 +872,48 @@ bool named_records(Oid relid)
 		pfree(before);
 	read_current_row(RelationRelationId, ClassOidIndexId, Anum_pg_class_oid, relid,
 			 [&](HeapTuple row) {
-				 named = named || strcmp(NameStr(reinterpret_cast<Form_pg_class>(
-							     GETSTRUCT(row))
-							     ->relname),
-							 "idem_records") == 0;
+				 const char *now =
+				     NameStr(reinterpret_cast<Form_pg_class>(GETSTRUCT(row))->relname);
+				 named = named || strcmp(now, "idem_records") == 0;
+			 });
+	return named;
+}
+
+bool trigger_function_name(const char *name)
+{
+	return strcmp(name, "idem_records_changed") == 0 || strcmp(name, "idem_cache_enabled") == 0;
+}
+
+// Whether `function` is named like one of the functions idem_records'
+// triggers run, before the running command or after it.
+bool named_trigger_function(Oid function)
+{
+	char *before = get_func_name(function);
+	bool named = before != NULL && trigger_function_name(before);
+	if (before != NULL)
+		pfree(before);
+	read_current_row(ProcedureRelationId, ProcedureOidIndexId, Anum_pg_proc_oid, function,
+			 [&](HeapTuple row) {
+				 named = named ||
+					 trigger_function_name(NameStr(
+					     reinterpret_cast<Form_pg_proc>(GETSTRUCT(row))->proname));
 			 });
 	return named;
 }
 
 // Whether `access` may change an idem_records without its row triggers: a
 // TRUNCATE, DROP or ALTER TABLE of it (a rename, a column's new type USING
-// anything), or a CREATE (OR REPLACE), ALTER (ENABLE, DISABLE, RENAME) or
-// DROP of one of its triggers. A trigger that cannot be found counts.
+// anything), a CREATE (OR REPLACE), ALTER (ENABLE, DISABLE, RENAME) or DROP
+// of one of its triggers (a trigger that cannot be found counts), or a new
+// definition of a function named like those its triggers run.
 bool replaces_records(ObjectAccessType access, Oid class_id, Oid object_id, int sub_id)
 {
+	bool defines = access == OAT_POST_CREATE || access == OAT_POST_ALTER || access == OAT_DROP;
 	if (class_id == RelationRelationId)
 		return (access == OAT_TRUNCATE || access == OAT_POST_ALTER ||
 			(access == OAT_DROP && sub_id == 0)) &&
 		       named_records(object_id);
-	if (class_id == TriggerRelationId &&
-	    (access == OAT_POST_CREATE || access == OAT_POST_ALTER || access == OAT_DROP)) {
+	if (class_id == TriggerRelationId && defines) {
 		Oid table = InvalidOid;
 		read_current_row(TriggerRelationId, TriggerOidIndexId, Anum_pg_trigger_oid,
 				 object_id, [&](HeapTuple row) {
@@ -840,6 +922,8 @@ bool replaces_records(ObjectAccessType access, Oid class_id, Oid object_id, int 
 				 });
 		return !OidIsValid(table) || named_records(table);
 	}
+	if (class_id == ProcedureRelationId && defines)
+		return named_trigger_function(object_id);
 	return false;
 }
 
@@ -875,18 +959,29 @@ void bump_at_commit(XactEvent event, void *)
 		records_replaced = false;
 		records_changed = false;
 		dropped_database = InvalidOid;
-		own_change_len = 0;
+		own_change.len = 0;
 		break;
 	}
 }
 
 // An error between cache_own_change_begin and _end that a savepoint
-// catches must not leave the key exempt from idem_records_changing.
+// catches must not leave the key exempt from idem_records_changing; what
+// the change did is undone, but the transaction stays off the cache.
 void end_own_change_on_abort(SubXactEvent event, SubTransactionId, SubTransactionId, void *)
 {
-	if (event == SUBXACT_EVENT_ABORT_SUB)
-		own_change_len = 0;
+	if (event == SUBXACT_EVENT_ABORT_SUB && own_change.len > 0) {
+		own_change.len = 0;
+		records_changed = true;
+	}
 }
+
+void forget_guard_verdict(Datum, Oid relid)
+{
+	if (relid == InvalidOid || relid == guard_relid)
+		guard_verdict = -1;
+}
+
+void forget_guard_verdict_of_functions(Datum, int, uint32) { guard_verdict = -1; }
 
 } // namespace
 
@@ -896,6 +991,8 @@ void cache_register_hooks()
 	object_access_hook = note_emptying;
 	RegisterXactCallback(bump_at_commit, NULL);
 	RegisterSubXactCallback(end_own_change_on_abort, NULL);
+	CacheRegisterRelcacheCallback(forget_guard_verdict, 0);
+	CacheRegisterSyscacheCallback(PROCOID, forget_guard_verdict_of_functions, 0);
 }
 
 } // namespace idem
@@ -925,7 +1022,7 @@ IDEM_SQL_FUNCTION(idem_records_changed)
 	}
 	if (TRIGGER_FIRED_BEFORE(event)) {
 		Datum id = heap_getattr(trigger->tg_trigtuple, 1, desc, &isnull);
-		if (isnull || !idem::own_change(DatumGetByteaPP(id)))
+		if (isnull || !idem::own_change_of(DatumGetByteaPP(id)))
 			idem::records_changed = true;
 		return PointerGetDatum(TRIGGER_FIRED_BY_UPDATE(event) ? trigger->tg_newtuple
 								      : trigger->tg_trigtuple);

@@ -13,6 +13,8 @@ extern "C" {
 #include "utils/relcache.h"
 }
 
+#include "core/record_key.hpp"
+
 namespace idem {
 
 struct ExtensionObjects;
@@ -81,8 +83,16 @@ void cache_invalidate(const bytea *id);
 // Around pg_idem's own UPDATE or DELETE in SQL of the record of key id `id`,
 // which calls cache_invalidate(id) right after it: the trigger
 // idem_records_changing then lets that row's change keep the transaction on
-// the cache. An error in between is cleared by the (sub)transaction's abort.
-void cache_own_change_begin(const bytea *id);
-void cache_own_change_end();
+// the cache. Meanwhile nothing in this backend uses the cache (a user's
+// trigger that the change fires could otherwise meet the key's entry).
+// begin returns the change it interrupts (a pg_idem call in such a
+// trigger), which end restores. An error in between ends it, and keeps the
+// transaction off the cache, when the (sub)transaction aborts.
+struct OwnChange {
+	size_t len; // 0: none
+	uint8 id[max_key_id_bytes];
+};
+OwnChange cache_own_change_begin(const bytea *id);
+void cache_own_change_end(const OwnChange &interrupted);
 
 } // namespace idem

@@ -40,6 +40,12 @@ Oid extension_schema(Oid ext)
 	return schema;
 }
 
+Oid function_without_arguments(const char *name, Oid schema)
+{
+	return GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid, CStringGetDatum(name),
+			       PointerGetDatum(buildoidvector(NULL, 0)), ObjectIdGetDatum(schema));
+}
+
 void forget(Datum, Oid relid)
 {
 	if (relid == InvalidOid || relid == objects.records || relid == objects.scopes ||
@@ -91,9 +97,8 @@ const ExtensionObjects &extension_objects()
 	found.status_completed = enum_label(found.status_type, "completed");
 	found.status_failed = enum_label(found.status_type, "failed");
 	found.status_dead = enum_label(found.status_type, "dead");
-	found.records_trigger_function =
-	    GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid, CStringGetDatum("idem_records_changed"),
-			    PointerGetDatum(buildoidvector(NULL, 0)), ObjectIdGetDatum(schema));
+	found.records_trigger_function = function_without_arguments("idem_records_changed", schema);
+	found.cache_enabled_function = function_without_arguments("idem_cache_enabled", schema);
 
 	const char *schema_name = get_namespace_name(schema);
 	for (const char *old : {objects.schema_name, objects.records_name, objects.scopes_name,

@@ -19,6 +19,7 @@ struct ExtensionObjects {
 	Oid status_failed;
 	Oid status_dead;
 	Oid records_trigger_function; // idem_records_changed(), InvalidOid on 0.1's SQL
+	Oid cache_enabled_function;   // idem_cache_enabled(), the same
 	const char *schema_name;  // quoted, for SQL text
 	const char *records_name; // schema-qualified and quoted, for SQL text
 	const char *scopes_name;

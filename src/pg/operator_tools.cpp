@@ -31,10 +31,10 @@ uint64 on_record(const char *signature, const char *sql_format, const idem::Reco
 	idem::Statement *st = idem::statement_for(signature, objects.records, objects.records_name,
 						  sql_format, 1, types);
 	Datum values[] = {PointerGetDatum(ref.id)};
-	idem::cache_own_change_begin(ref.id);
+	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
 	if (SPI_execute_plan(st->plan, values, NULL, false, 0) < 0)
 		elog(ERROR, "pg_idem: %s failed", signature);
-	idem::cache_own_change_end();
+	idem::cache_own_change_end(own);
 	uint64 touched = SPI_processed;
 	SPI_finish();
 	return touched;

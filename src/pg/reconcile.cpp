@@ -179,11 +179,11 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 						  ObjectIdGetDatum(status), TimestampTzGetDatum(now),
 						  TimestampTzGetDatum(
 						      idem::record_expiry(fn, now, NULL, settings))};
-				idem::cache_own_change_begin(c.id);
+				idem::OwnChange own = idem::cache_own_change_begin(c.id);
 				if (SPI_execute_plan(update->plan, values, NULL, false, 0) !=
 				    SPI_OK_UPDATE)
 					elog(ERROR, "pg_idem: reconciliation update failed");
-				idem::cache_own_change_end();
+				idem::cache_own_change_end(own);
 				idem::cache_invalidate(c.id);
 				idem::claim_wake_at_commit(c.id);
 				c.settled = true;

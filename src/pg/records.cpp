@@ -304,9 +304,9 @@ bool take_over_expired(const ExtensionObjects &loc, const RecordRef &ref, Timest
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	Datum values[] = {PointerGetDatum(ref.id), TimestampTzGetDatum(now),
 			  TimestampTzGetDatum(expires_at)};
-	cache_own_change_begin(ref.id);
+	OwnChange own = cache_own_change_begin(ref.id);
 	bool taken = run(takeover_statement(loc), values) == 1;
-	cache_own_change_end();
+	cache_own_change_end(own);
 	SPI_finish();
 	if (taken)
 		cache_invalidate(ref.id);

@@ -270,6 +270,9 @@ OwnChange own_change = {0, {}};
 // on it) or any function's catalog row changes.
 int guard_verdict = -1;
 Oid guard_relid = InvalidOid;
+// Bumped with each reset of guard_verdict: the catalog lookups that work
+// it out may process invalidations, and a reset meanwhile must win.
+uint64 guard_resets = 0;
 
 // A database this transaction dropped: its epoch is bumped at the drop and
 // again at commit, after the backends still connected to it are gone.
@@ -493,6 +496,7 @@ bool guarded_by_triggers(Relation rel)
 {
 	if (guard_verdict >= 0 && guard_relid == RelationGetRelid(rel))
 		return guard_verdict == 1;
+	uint64 resets = guard_resets;
 	const ExtensionObjects &loc = extension_objects();
 	const TriggerDesc *desc = rel->trigdesc;
 	bool changed = false;
@@ -510,6 +514,10 @@ bool guarded_by_triggers(Relation rel)
 	bool guarded = changed && changing && truncating &&
 		       is_own_function(loc.records_trigger_function, "idem_records_changed") &&
 		       is_own_function(loc.cache_enabled_function, "idem_cache_enabled");
+	// Changed meanwhile: what was read may be stale, so keep nothing, and
+	// work it out again next time.
+	if (guard_resets != resets)
+		return false;
 	guard_relid = RelationGetRelid(rel);
 	guard_verdict = guarded ? 1 : 0;
 	return guarded;
@@ -977,11 +985,17 @@ void end_own_change_on_abort(SubXactEvent event, SubTransactionId, SubTransactio
 
 void forget_guard_verdict(Datum, Oid relid)
 {
-	if (relid == InvalidOid || relid == guard_relid)
+	if (relid == InvalidOid || relid == guard_relid) {
 		guard_verdict = -1;
+		guard_resets++;
+	}
 }
 
-void forget_guard_verdict_of_functions(Datum, int, uint32) { guard_verdict = -1; }
+void forget_guard_verdict_of_functions(Datum, int, uint32)
+{
+	guard_verdict = -1;
+	guard_resets++;
+}
 
 } // namespace
 

@@ -512,6 +512,7 @@ bool guarded_by_triggers(Relation rel)
 			truncating = made_as_installed(t, loc, false, true, true);
 	}
 	bool guarded = changed && changing && truncating &&
+		       records_layout_as_installed(RelationGetDescr(rel), loc) &&
 		       is_own_function(loc.records_trigger_function, "idem_records_changed") &&
 		       is_own_function(loc.cache_enabled_function, "idem_cache_enabled");
 	// Changed meanwhile: what was read may be stale, so keep nothing, and
@@ -910,17 +911,16 @@ bool named_trigger_function(Oid function)
 }
 
 // Whether `access` may change an idem_records without its row triggers: a
-// TRUNCATE, DROP or ALTER TABLE of it (a rename, a column's new type USING
-// anything), a CREATE (OR REPLACE), ALTER (ENABLE, DISABLE, RENAME) or DROP
-// of one of its triggers (a trigger that cannot be found counts), or a new
-// definition of a function named like those its triggers run.
-bool replaces_records(ObjectAccessType access, Oid class_id, Oid object_id, int sub_id)
+// TRUNCATE, DROP or ALTER TABLE of it (a rename, a column added, dropped or
+// given a new type USING anything), a CREATE (OR REPLACE), ALTER (ENABLE,
+// DISABLE, RENAME) or DROP of one of its triggers (a trigger that cannot be
+// found counts), or a new definition of a function named like those its
+// triggers run.
+bool replaces_records(ObjectAccessType access, Oid class_id, Oid object_id)
 {
 	bool defines = access == OAT_POST_CREATE || access == OAT_POST_ALTER || access == OAT_DROP;
 	if (class_id == RelationRelationId)
-		return (access == OAT_TRUNCATE || access == OAT_POST_ALTER ||
-			(access == OAT_DROP && sub_id == 0)) &&
-		       named_records(object_id);
+		return (access == OAT_TRUNCATE || defines) && named_records(object_id);
 	if (class_id == TriggerRelationId && defines) {
 		Oid table = InvalidOid;
 		read_current_row(TriggerRelationId, TriggerOidIndexId, Anum_pg_trigger_oid,
@@ -944,7 +944,7 @@ void note_emptying(ObjectAccessType access, Oid class_id, Oid object_id, int sub
 	if (access == OAT_DROP && class_id == DatabaseRelationId) {
 		bump_epoch(object_id);
 		dropped_database = object_id;
-	} else if (replaces_records(access, class_id, object_id, sub_id))
+	} else if (replaces_records(access, class_id, object_id))
 		records_replaced = true;
 }
 

@@ -3,10 +3,13 @@
 #pragma once
 
 extern "C" {
+#include "access/tupdesc.h"
 #include "datatype/timestamp.h"
 }
 
 namespace idem {
+
+struct ExtensionObjects;
 
 // A validated (scope, key) and its key id (see src/core/record_key.hpp),
 // all palloc'd.
@@ -53,5 +56,10 @@ bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expir
 // cache_generation() read before that read. Does nothing when the cache is
 // not usable; the cache refuses what it cannot keep exactly.
 void records_offer_to_cache(const RecordRef &ref, TimestampTz now, uint64 generation);
+
+// Whether `desc` has idem_records' columns where the table path reads them
+// by number: names and types as the install script makes them, none
+// dropped.
+bool records_layout_as_installed(TupleDesc desc, const ExtensionObjects &loc);
 
 } // namespace idem

@@ -165,9 +165,11 @@ extern "C" void _PG_init(void)
 					&idem::test_cache_fill_lock, 0, 0, INT_MAX, PGC_SUSET,
 					GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
 
-	MarkGUCPrefixReserved("pg_idem");
-
 	if (process_shared_preload_libraries_in_progress) {
+		// Only then: a server that no longer preloads pg_idem but keeps
+		// its postmaster settings in postgresql.conf would otherwise warn
+		// in every session that loads it (pg_stat_statements does the same).
+		MarkGUCPrefixReserved("pg_idem");
 		idem::register_purge_workers();
 		previous_shmem_request = shmem_request_hook;
 		shmem_request_hook = request_shmem;

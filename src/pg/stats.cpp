@@ -99,7 +99,7 @@ constexpr const char tranche_name[] = "pg_idem stats";
 constexpr const char file_path[] = PGSTAT_STAT_PERMANENT_DIRECTORY "/pg_idem_stats.stat";
 constexpr const char temp_path[] = PGSTAT_STAT_PERMANENT_DIRECTORY "/pg_idem_stats.tmp";
 constexpr uint32 file_magic = 0x1de57a75;
-constexpr uint32 file_format = 1;
+constexpr uint32 file_format = 2; // 2: the header gives the size of an entry
 // Databases that can have an "other" entry of their own.
 constexpr int max_other_entries = 64;
 
@@ -136,6 +136,7 @@ struct FileHeader {
 	uint32 magic;
 	uint32 format;
 	uint32 counters;
+	uint32 entry_size; // sizeof(Counts), which a longer scope would change
 	int32 entries;
 };
 
@@ -481,7 +482,7 @@ void load_file()
 	FileHeader header;
 	bool ok = fread(&header, sizeof header, 1, file) == 1 && header.magic == file_magic &&
 		  header.format == file_format && header.counters == uint32(stat_counters) &&
-		  header.entries >= 0;
+		  header.entry_size == uint32(sizeof(Counts)) && header.entries >= 0;
 	for (int32 i = 0; ok && i < header.entries; i++) {
 		Counts loaded;
 		ok = fread(&loaded, sizeof loaded, 1, file) == 1 &&
@@ -501,7 +502,7 @@ void load_file()
 bool write_entries(FILE *file)
 {
 	bool with_all = any_counts(shared->all_databases.counts);
-	FileHeader header = {file_magic, file_format, uint32(stat_counters),
+	FileHeader header = {file_magic, file_format, uint32(stat_counters), uint32(sizeof(Counts)),
 			     int32(hash_get_num_entries(table) + (with_all ? 1 : 0))};
 	if (fwrite(&header, sizeof header, 1, file) != 1)
 		return false;

@@ -96,3 +96,24 @@ SELECT count(*) AS rows_for_busy, max(octet_length(window_state)) AS state_bytes
 FROM idem_streams WHERE stream = 'busy';
 
 SELECT idem_reset_stream(stream) FROM (SELECT DISTINCT stream FROM idem_streams) s ORDER BY 1;
+
+-- idem_streams changed by an operator. idem_advance writes it below SQL: a
+-- column added keeps its value, and one dropped and added again is no
+-- obstacle; another index would be left without entries, so it is refused
+-- (55000), with nothing written.
+ALTER TABLE idem_streams ADD COLUMN note text DEFAULT 'kept';
+SELECT idem_advance('altered', 0, 1) AS first, idem_advance('altered', 0, 3) AS ahead,
+       idem_advance('altered', 0, 2) AS behind, idem_advance('altered', 0, 2) AS replay;
+SELECT position, note FROM idem_streams WHERE stream = 'altered';
+ALTER TABLE idem_streams DROP COLUMN note;
+ALTER TABLE idem_streams ADD COLUMN note2 integer DEFAULT 7;
+SELECT idem_advance('altered', 0, 4) AS after_a_drop_and_an_add;
+SELECT position, note2 FROM idem_streams WHERE stream = 'altered';
+ALTER TABLE idem_streams DROP COLUMN note2;
+CREATE INDEX idem_streams_by_position ON idem_streams (position);
+SELECT idem_advance('altered', 0, 5);
+\echo :LAST_ERROR_SQLSTATE
+SELECT position FROM idem_streams WHERE stream = 'altered';
+DROP INDEX idem_streams_by_position;
+SELECT idem_advance('altered', 0, 5) AS after_the_index_went;
+SELECT idem_reset_stream('altered');

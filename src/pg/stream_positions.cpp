@@ -9,7 +9,9 @@
 //      statement are seen, as SPI does for every statement);
 //   2. run the window's step on that version; a rejection writes nothing;
 //   3. heap_update the row with the new window (HOT: no indexed column
-//      changes; otherwise the primary key gets the new version's entry).
+//      changes; otherwise the primary key gets the new version's entry,
+//      which is why a table with any other index is refused:
+//      check_streams_as_installed).
 // heap_update waits for a concurrent transaction that updates the same
 // part. If that one committed (TM_Updated), READ COMMITTED starts again at 1
 // with a new snapshot, which sees its window, so two transactions can never
@@ -148,6 +150,40 @@ enum StreamColumn : AttrNumber {
 	stream_columns = 6,
 };
 
+// idem_advance writes idem_streams below SQL (the header comment), which
+// reads its six columns by number and gives only the primary key an entry
+// for a new version: so the table must keep those columns where the install
+// script made them (others may follow) and no other index, which would be
+// left without entries.
+void check_streams_as_installed(const char *fn, Relation rel, Oid pkey)
+{
+	static const struct {
+		const char *name;
+		Oid type;
+	} columns[stream_columns] = {{"stream", TEXTOID},	   {"part", INT4OID},
+				     {"position", INT8OID},	   {"window_size", INT4OID},
+				     {"window_state", BYTEAOID}, {"updated_at", TIMESTAMPTZOID}};
+	TupleDesc desc = RelationGetDescr(rel);
+	bool as_installed = desc->natts >= stream_columns;
+	for (int i = 0; as_installed && i < stream_columns; i++) {
+		Form_pg_attribute column = TupleDescAttr(desc, i);
+		as_installed = !column->attisdropped && column->atttypid == columns[i].type &&
+			       strcmp(NameStr(column->attname), columns[i].name) == 0;
+	}
+	if (as_installed) {
+		List *indexes = RelationGetIndexList(rel);
+		as_installed = list_length(indexes) == 1 && linitial_oid(indexes) == pkey;
+		list_free(indexes);
+	}
+	if (!as_installed)
+		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			errmsg("%s: idem_streams is not as pg_idem made it", fn),
+			errdetail("idem_advance writes its rows below SQL, so the table must "
+				  "keep its first six columns, and its primary key as its only "
+				  "index."),
+			errhint("Undo the change to idem_streams."));
+}
+
 enum class Step { accepted, rejected, absent, retry };
 
 // The part's version that `snapshot` sees, into `slot`.
@@ -182,16 +218,24 @@ Step advance_once(Relation rel, Relation pkey, const StreamPart &sp, int64 posit
 		if (!state.advance(position, window)) {
 			step = Step::rejected;
 		} else {
-			Datum values[stream_columns];
-			bool nulls[stream_columns];
-			memcpy(values, slot->tts_values, sizeof values);
-			memcpy(nulls, slot->tts_isnull, sizeof nulls);
-			values[col_position - 1] = Int64GetDatum(state.high());
-			values[col_window_size - 1] = Int32GetDatum(window);
-			values[col_window_state - 1] = PointerGetDatum(window_bytea(state));
-			values[col_updated_at - 1] =
-			    TimestampTzGetDatum(GetCurrentTransactionStartTimestamp());
-			HeapTuple row = heap_form_tuple(RelationGetDescr(rel), values, nulls);
+			check_streams_as_installed("idem_advance", rel, RelationGetRelid(pkey));
+			// The new version: the row with these four columns replaced
+			// (any column an operator added keeps its value).
+			int changed[] = {col_position, col_window_size, col_window_state,
+					 col_updated_at};
+			Datum changes[] = {Int64GetDatum(state.high()), Int32GetDatum(window),
+					   PointerGetDatum(window_bytea(state)),
+					   TimestampTzGetDatum(GetCurrentTransactionStartTimestamp())};
+			bool no_nulls[] = {false, false, false, false};
+			bool should_free;
+			HeapTuple current = ExecFetchSlotHeapTuple(slot, false, &should_free);
+			HeapTuple row = heap_modify_tuple_by_cols(current, RelationGetDescr(rel), 4,
+								  changed, changes, no_nulls);
+			if (should_free)
+				heap_freetuple(current);
+			// The primary key's columns, (stream, part), lead the row.
+			Datum key[] = {slot->tts_values[col_stream - 1], slot->tts_values[col_part - 1]};
+			bool key_nulls[] = {false, false};
 			TM_FailureData failure;
 			LockTupleMode lockmode;
 			ItemPointerData old = slot->tts_tid;
@@ -199,7 +243,7 @@ Step advance_once(Relation rel, Relation pkey, const StreamPart &sp, int64 posit
 					    true, &failure, &lockmode)) {
 			case TM_Ok:
 				if (!HeapTupleIsHeapOnly(row))
-					index_insert(pkey, values, nulls, &row->t_self, rel,
+					index_insert(pkey, key, key_nulls, &row->t_self, rel,
 						     UNIQUE_CHECK_YES, true, BuildIndexInfo(pkey));
 				step = Step::accepted;
 				break;

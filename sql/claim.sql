@@ -143,3 +143,22 @@ DROP ROLE regress_idem_stranger;
 
 DELETE FROM idem_records;
 DELETE FROM idem_scopes;
+
+-- A claim whose lease outlives the scope's TTL, and runs out of attempts:
+-- the dead letter lives a full TTL from its death, so the next claim is
+-- still answered dead, not acquired anew.
+SELECT scope FROM idem_configure('claim-dead-ttl', ttl => '200 milliseconds',
+                                 lease => '300 milliseconds', max_attempts => 1);
+SELECT status, attempt FROM idem_begin('claim-dead-ttl', 'k');
+SELECT pg_sleep(0.35);
+SELECT status, attempt FROM idem_begin('claim-dead-ttl', 'k');
+SELECT status, attempt FROM idem_begin('claim-dead-ttl', 'k') AS still_dead;
+SELECT expires_at > now() AS dead_letter_still_live, expires_at > died_at AS expires_after_death
+FROM idem_dead_letters WHERE scope = 'claim-dead-ttl';
+
+-- A wait longer than any timestamp can hold still waits for the holder's
+-- lease (here until it runs out, then takes over), instead of overflowing.
+SELECT status, attempt FROM idem_begin('claim-long-wait', 'k', lease => '300 milliseconds');
+SELECT status, attempt FROM idem_begin('claim-long-wait', 'k', wait => '292270 years');
+DELETE FROM idem_records WHERE scope IN ('claim-dead-ttl', 'claim-long-wait');
+DELETE FROM idem_scopes WHERE scope = 'claim-dead-ttl';

@@ -301,20 +301,28 @@ bool write_claim(const BeginArgs &args, bool exists, int attempt, int attempt_ba
 }
 
 // The attempts ran out without a failure being reported (leases expired, or
-// holders vanished): say so, since operators read last_error.
-void mark_dead(const idem::RecordRef &ref, int attempts)
+// holders vanished): say so, since operators read last_error. The dead
+// letter lives a full TTL from now, as idem_fail's does: its old expiry,
+// set at the claim, may already have passed (a lease as long as the TTL),
+// and an expired dead record would be claimed again at once.
+void mark_dead(const BeginArgs &args, int attempts, TimestampTz now)
 {
-	Oid types[] = {BYTEAOID, TEXTOID};
+	Oid types[] = {BYTEAOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	idem::Statement *st =
 	    prepare("claim:dead",
 		    "UPDATE %s SET status = 'dead', last_error = $2, lease_expires_at = NULL, "
-		    "holder_pid = NULL, holder_started_at = NULL "
+		    "holder_pid = NULL, holder_started_at = NULL, recorded_at = $3, "
+		    "expires_at = $4 "
 		    "WHERE key_id OPERATOR(pg_catalog.=) $1",
-		    2, types);
-	Datum values[] = {PointerGetDatum(ref.id),
-			  CStringGetTextDatum(psprintf("attempts used up: attempt %d did not finish "
-						       "before its lease expired",
-						       attempts))};
+		    4, types);
+	const idem::RecordRef &ref = args.ref;
+	Datum values[] = {
+	    PointerGetDatum(ref.id),
+	    CStringGetTextDatum(psprintf("attempts used up: attempt %d did not finish "
+					 "before its lease expired",
+					 attempts)),
+	    TimestampTzGetDatum(now),
+	    TimestampTzGetDatum(idem::record_expiry(args.fn, now, NULL, args.settings))};
 	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
 	run(st, values, NULL, SPI_OK_UPDATE);
 	idem::cache_own_change_end(own);
@@ -365,7 +373,7 @@ Claim decide_and_write(const BeginArgs &args)
 			c.status = "completed";
 			return c;
 		case idem::ClaimAction::mark_dead:
-			mark_dead(args.ref, r.attempts);
+			mark_dead(args, r.attempts, now);
 			c.status = "dead";
 			c.became_dead = true;
 			c.lease_expires_at = 0;
@@ -538,7 +546,10 @@ IDEM_SQL_FUNCTION(idem_begin)
 		if (until < 0)
 			ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("%s: wait must not be negative", args.fn));
-		args.wait_ms = long(until / 1000);
+		// Any wait ends at the holder's lease at the latest; capped at a
+		// century, so that the deadline cannot overflow.
+		constexpr long max_wait_ms = 100L * 366 * 24 * 3600 * 1000;
+		args.wait_ms = until / 1000 < max_wait_ms ? long(until / 1000) : max_wait_ms;
 	}
 	args.settings = idem::scope_settings(args.ref.scope);
 	args.policy.max_attempts = args.settings.max_attempts;

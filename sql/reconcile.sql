@@ -97,6 +97,29 @@ RESET ROLE;
 SELECT status FROM idem_begin('audit', 'a', lease => '1 microsecond');
 SELECT * FROM idem_reconcile('audit');
 SELECT * FROM who_asked;
+-- Allowed when configured, but no longer: left as it is, with a warning.
+REVOKE EXECUTE ON FUNCTION record_caller(text, text) FROM PUBLIC;
+SELECT status FROM idem_begin('audit', 'b', lease => '1 microsecond');
+SELECT * FROM idem_reconcile('audit');
+SELECT count(*) AS calls FROM who_asked;
+
+-- It runs with a search_path of its own, never the caller's: a function
+-- the caller puts first cannot stand in for a built-in it calls.
+CREATE SCHEMA reconcile_trap;
+CREATE TABLE trap_calls (n integer);
+CREATE FUNCTION reconcile_trap.lower(text) RETURNS text LANGUAGE sql AS
+$$ INSERT INTO public.trap_calls VALUES (1) RETURNING 'trapped' $$;
+CREATE FUNCTION key_is_lower(scope text, key text) RETURNS boolean LANGUAGE sql AS
+$$ SELECT lower(key) = key $$;
+SELECT scope FROM idem_configure('trap', reconcile_function => 'key_is_lower(text,text)');
+SELECT status FROM idem_begin('trap', 'k', lease => '1 microsecond');
+SET search_path = reconcile_trap, public, pg_catalog;
+SELECT * FROM idem_reconcile('trap');
+RESET search_path;
+SELECT count(*) AS trapped_calls FROM trap_calls;
+DROP SCHEMA reconcile_trap CASCADE;
+DROP TABLE trap_calls;
+DROP FUNCTION key_is_lower(text, text);
 
 REVOKE ALL ON FUNCTION idem_configure(text, interval, interval, integer, text, regprocedure, boolean)
     FROM regress_idem_stranger;

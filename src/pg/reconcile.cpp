@@ -14,7 +14,11 @@
 //
 // The function runs as the role that configured the scope, in a
 // security-restricted context (as VACUUM runs index functions), never as
-// the extension owner that this SECURITY DEFINER function runs as.
+// the extension owner that this SECURITY DEFINER function runs as, and with
+// a search_path of its own (reconciler_search_path), never the caller's:
+// otherwise a caller could put a function of its own (a lower(text), say)
+// ahead of what the reconciler calls, and have it run as that role. The
+// role must still be allowed to execute it.
 extern "C" {
 #include "postgres.h"
 
@@ -24,7 +28,9 @@ extern "C" {
 #include "fmgr.h"
 #include "funcapi.h"
 #include "miscadmin.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/guc.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 }
@@ -52,12 +58,21 @@ struct Candidate {
 	bool dead;
 };
 
+// pg_catalog first, so that no schema can shadow a built-in; then the
+// role's own schema and public, as by default, for the tables a reconciler
+// reads; the caller's temporary schema last. A function with its own SET
+// search_path keeps it.
+constexpr const char reconciler_search_path[] = "pg_catalog, \"$user\", public, pg_temp";
+
 // Asks fn(scope, key) as `role`. *isnull is set when it does not know.
 bool ask_reconciler(Oid fn, Oid role, text *scope, text *key, bool *isnull)
 {
 	Oid saved_user;
 	int saved_context;
 	GetUserIdAndSecContext(&saved_user, &saved_context);
+	int guc_level = NewGUCNestLevel();
+	(void)set_config_option("search_path", reconciler_search_path, PGC_USERSET, PGC_S_SESSION,
+				GUC_ACTION_SAVE, true, 0, false);
 	SetUserIdAndSecContext(role, saved_context | SECURITY_LOCAL_USERID_CHANGE |
 					 SECURITY_RESTRICTED_OPERATION);
 	FmgrInfo flinfo;
@@ -69,8 +84,10 @@ bool ask_reconciler(Oid fn, Oid role, text *scope, text *key, bool *isnull)
 	call->args[1].value = PointerGetDatum(key);
 	call->args[1].isnull = false;
 	Datum answer = FunctionCallInvoke(call);
-	// An error above aborts the transaction, which restores the user too.
+	// An error above aborts the transaction, which restores the user and
+	// the search_path too.
 	SetUserIdAndSecContext(saved_user, saved_context);
+	AtEOXact_GUC(true, guc_level);
 	*isnull = call->isnull;
 	return !call->isnull && DatumGetBool(answer);
 }
@@ -158,6 +175,15 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 				       fn, text_to_cstring(c.scope)),
 				errhint("Configure the scope again with idem_configure."));
 			outcome = "no_reconciler";
+		} else if (pg_proc_aclcheck(settings.reconcile_function, settings.configured_by,
+					    ACL_EXECUTE) != ACLCHECK_OK) {
+			// idem_configure checked it; a REVOKE since must hold too.
+			ereport(WARNING,
+				errmsg("%s: the role that configured scope \"%s\" may no longer "
+				       "execute its reconciliation function",
+				       fn, text_to_cstring(c.scope)),
+				errhint("Grant it EXECUTE again, or configure the scope again."));
+			outcome = "no_reconciler";
 		} else {
 			bool unknown;
 			bool happened = ask_reconciler(settings.reconcile_function,
@@ -184,10 +210,16 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 				    SPI_OK_UPDATE)
 					elog(ERROR, "pg_idem: reconciliation update failed");
 				idem::cache_own_change_end(own);
-				idem::cache_invalidate(c.id);
-				idem::claim_wake_at_commit(c.id);
-				c.settled = true;
-				c.dead = status == objects.status_dead;
+				// Under the row lock of the select, the fenced update always
+				// matches; should it not, nothing was settled.
+				c.settled = SPI_processed == 1;
+				if (c.settled) {
+					idem::cache_invalidate(c.id);
+					idem::claim_wake_at_commit(c.id);
+				} else {
+					outcome = "unknown";
+				}
+				c.dead = c.settled && status == objects.status_dead;
 			}
 		}
 		Datum out[] = {PointerGetDatum(c.scope), PointerGetDatum(c.key),

@@ -119,7 +119,17 @@ RESET search_path;
 SELECT count(*) AS trapped_calls FROM trap_calls;
 DROP SCHEMA reconcile_trap CASCADE;
 DROP TABLE trap_calls;
-DROP FUNCTION key_is_lower(text, text);
+
+-- A reconciler that raises an error: a warning, its claim reported unknown
+-- and left in progress, and the other scopes' claims settled all the same.
+CREATE FUNCTION payment_api(scope text, key text) RETURNS boolean LANGUAGE plpgsql AS
+$$ BEGIN RAISE EXCEPTION 'payment API unreachable'; END $$;
+SELECT scope FROM idem_configure('raises', reconcile_function => 'payment_api(text,text)');
+SELECT status FROM idem_begin('raises', 'r', lease => '1 microsecond');
+SELECT status FROM idem_begin('trap', 'later', lease => '1 microsecond');
+SELECT * FROM idem_reconcile() WHERE scope IN ('raises', 'trap') ORDER BY scope;
+SELECT scope, key, status FROM idem_records WHERE scope IN ('raises', 'trap') ORDER BY scope, key;
+DROP FUNCTION key_is_lower(text, text), payment_api(text, text);
 
 REVOKE ALL ON FUNCTION idem_configure(text, interval, interval, integer, text, regprocedure, boolean)
     FROM regress_idem_stranger;

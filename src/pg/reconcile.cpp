@@ -23,6 +23,7 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "access/xact.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -31,6 +32,8 @@ extern "C" {
 #include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/guc.h"
+#include "utils/memutils.h"
+#include "utils/resowner.h"
 #include "utils/timestamp.h"
 #include "utils/tuplestore.h"
 }
@@ -90,6 +93,50 @@ bool ask_reconciler(Oid fn, Oid role, text *scope, text *key, bool *isnull)
 	AtEOXact_GUC(true, guc_level);
 	*isnull = call->isnull;
 	return !call->isnull && DatumGetBool(answer);
+}
+
+// ask_reconciler in a subtransaction of its own: an error the function
+// raises is logged as a warning and its claim reported unknown, so that one
+// broken reconciler never stops the claims of other scopes (the error's
+// claim, first in line, would otherwise fail every later run too). A
+// cancel or a shutdown still ends the whole call.
+bool ask_reconciler_in_subtransaction(const char *fn, Oid reconciler, Oid role,
+				      const Candidate &c, bool *unknown)
+{
+	MemoryContext caller_context = CurrentMemoryContext;
+	ResourceOwner caller_owner = CurrentResourceOwner;
+	volatile bool happened = false;
+	BeginInternalSubTransaction(NULL);
+	MemoryContextSwitchTo(caller_context);
+	PG_TRY();
+	{
+		happened = ask_reconciler(reconciler, role, c.scope, c.key, unknown);
+		ReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(caller_context);
+		CurrentResourceOwner = caller_owner;
+	}
+	PG_CATCH();
+	{
+		MemoryContextSwitchTo(caller_context);
+		ErrorData *error = CopyErrorData();
+		FlushErrorState();
+		RollbackAndReleaseCurrentSubTransaction();
+		MemoryContextSwitchTo(caller_context);
+		CurrentResourceOwner = caller_owner;
+		if (error->sqlerrcode == ERRCODE_QUERY_CANCELED ||
+		    error->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN)
+			ReThrowError(error);
+		ereport(WARNING,
+			errmsg("%s: the reconciliation function of scope \"%s\" failed for key "
+			       "\"%s\": %s",
+			       fn, text_to_cstring(c.scope), text_to_cstring(c.key), error->message),
+			errhint("Its claim is reported unknown and left as it is."));
+		FreeErrorData(error);
+		*unknown = true;
+		happened = false;
+	}
+	PG_END_TRY();
+	return happened;
 }
 
 } // namespace
@@ -186,8 +233,8 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 			outcome = "no_reconciler";
 		} else {
 			bool unknown;
-			bool happened = ask_reconciler(settings.reconcile_function,
-						       settings.configured_by, c.scope, c.key, &unknown);
+			bool happened = ask_reconciler_in_subtransaction(
+			    fn, settings.reconcile_function, settings.configured_by, c, &unknown);
 			if (unknown) {
 				outcome = "unknown";
 			} else {

@@ -115,6 +115,19 @@ const ExtensionObjects &extension_objects()
 	return objects;
 }
 
+bool leading_columns_as_installed(TupleDesc desc, const InstalledColumn *columns, int n)
+{
+	if (desc->natts < n)
+		return false;
+	for (int i = 0; i < n; i++) {
+		Form_pg_attribute column = TupleDescAttr(desc, i);
+		if (column->attisdropped || column->atttypid != columns[i].type ||
+		    strcmp(NameStr(column->attname), columns[i].name) != 0)
+			return false;
+	}
+	return true;
+}
+
 void extension_objects_register_callbacks() { CacheRegisterRelcacheCallback(forget, 0); }
 
 } // namespace idem

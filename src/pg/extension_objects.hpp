@@ -4,6 +4,10 @@
 // postgres.h.
 #pragma once
 
+extern "C" {
+#include "access/tupdesc.h"
+}
+
 namespace idem {
 
 struct ExtensionObjects {
@@ -28,6 +32,16 @@ struct ExtensionObjects {
 };
 
 const ExtensionObjects &extension_objects();
+
+// A column of one of pg_idem's tables, as the install script makes it.
+struct InstalledColumn {
+	const char *name;
+	Oid type;
+};
+
+// Whether `desc` begins with `columns` (n of them), none dropped: what C
+// code that reads or writes those columns by number needs.
+bool leading_columns_as_installed(TupleDesc desc, const InstalledColumn *columns, int n);
 
 void extension_objects_register_callbacks();
 

@@ -84,23 +84,6 @@ enum RecordColumn : AttrNumber {
 	col_last_error = 14,
 };
 
-// Each column's name and type, in that order.
-struct ColumnAsInstalled {
-	const char *name;
-	Oid type; // InvalidOid: idem_status
-};
-const ColumnAsInstalled columns_as_installed[] = {
-    {"key_id", BYTEAOID},	  {"scope", TEXTOID},
-    {"key", TEXTOID},		  {"status", InvalidOid},
-    {"attempts", INT4OID},	  {"attempt_base", INT4OID},
-    {"recorded_at", TIMESTAMPTZOID}, {"expires_at", TIMESTAMPTZOID},
-    {"lease_expires_at", TIMESTAMPTZOID}, {"holder_pid", INT4OID},
-    {"holder_started_at", TIMESTAMPTZOID}, {"fingerprint", TEXTOID},
-    {"result", JSONBOID},	  {"last_error", TEXTOID},
-};
-static_assert(sizeof columns_as_installed / sizeof columns_as_installed[0] == col_last_error,
-	      "every column of RecordColumn");
-
 bool same_text(Datum stored, const text *given)
 {
 	text *s = DatumGetTextPP(stored);
@@ -387,17 +370,25 @@ bool records_insert(const RecordRef &ref, const NewRecord &record)
 
 bool records_layout_as_installed(TupleDesc desc, const ExtensionObjects &loc)
 {
-	if (desc->natts < col_last_error)
-		return false;
-	for (int i = 0; i < col_last_error; i++) {
-		const ColumnAsInstalled &want = columns_as_installed[i];
-		Form_pg_attribute column = TupleDescAttr(desc, i);
-		Oid type = OidIsValid(want.type) ? want.type : loc.status_type;
-		if (column->attisdropped || column->atttypid != type ||
-		    strcmp(NameStr(column->attname), want.name) != 0)
-			return false;
-	}
-	return true;
+	const InstalledColumn columns[] = {
+	    {"key_id", BYTEAOID},
+	    {"scope", TEXTOID},
+	    {"key", TEXTOID},
+	    {"status", loc.status_type},
+	    {"attempts", INT4OID},
+	    {"attempt_base", INT4OID},
+	    {"recorded_at", TIMESTAMPTZOID},
+	    {"expires_at", TIMESTAMPTZOID},
+	    {"lease_expires_at", TIMESTAMPTZOID},
+	    {"holder_pid", INT4OID},
+	    {"holder_started_at", TIMESTAMPTZOID},
+	    {"fingerprint", TEXTOID},
+	    {"result", JSONBOID},
+	    {"last_error", TEXTOID},
+	};
+	static_assert(sizeof columns / sizeof columns[0] == col_last_error,
+		      "every column of RecordColumn");
+	return leading_columns_as_installed(desc, columns, col_last_error);
 }
 
 void records_offer_to_cache(const RecordRef &ref, TimestampTz now, uint64 generation)

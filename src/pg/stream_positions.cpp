@@ -157,19 +157,12 @@ enum StreamColumn : AttrNumber {
 // left without entries.
 void check_streams_as_installed(const char *fn, Relation rel, Oid pkey)
 {
-	static const struct {
-		const char *name;
-		Oid type;
-	} columns[stream_columns] = {{"stream", TEXTOID},	   {"part", INT4OID},
-				     {"position", INT8OID},	   {"window_size", INT4OID},
-				     {"window_state", BYTEAOID}, {"updated_at", TIMESTAMPTZOID}};
-	TupleDesc desc = RelationGetDescr(rel);
-	bool as_installed = desc->natts >= stream_columns;
-	for (int i = 0; as_installed && i < stream_columns; i++) {
-		Form_pg_attribute column = TupleDescAttr(desc, i);
-		as_installed = !column->attisdropped && column->atttypid == columns[i].type &&
-			       strcmp(NameStr(column->attname), columns[i].name) == 0;
-	}
+	static const idem::InstalledColumn columns[stream_columns] = {
+	    {"stream", TEXTOID},	  {"part", INT4OID},
+	    {"position", INT8OID},	  {"window_size", INT4OID},
+	    {"window_state", BYTEAOID}, {"updated_at", TIMESTAMPTZOID}};
+	bool as_installed =
+	    idem::leading_columns_as_installed(RelationGetDescr(rel), columns, stream_columns);
 	if (as_installed) {
 		List *indexes = RelationGetIndexList(rel);
 		as_installed = list_length(indexes) == 1 && linitial_oid(indexes) == pkey;

@@ -126,6 +126,69 @@ SELECT idem_try_insert_row('"Odd Table"', '{"Order Id": 1, "select": "x"}'),
        idem_try_insert_row('"Odd Table"', '{"Order Id": 1, "select": "y"}');
 SELECT * FROM "Odd Table";
 
+-- Numbers keep their scale in a numeric or text column; 1.0 still fits an
+-- integer column.
+CREATE TABLE money_log (id int PRIMARY KEY, amount numeric, ref text);
+SELECT idem_try_insert_row('money_log', '{"id": 1.0, "amount": 10.50, "ref": 1.10}');
+SELECT * FROM money_log;
+SELECT * FROM jsonb_populate_record(NULL::money_log, '{"id": 1, "amount": 10.50, "ref": 1.10}');
+
+-- The cached statement follows its table through a schema rename, and a
+-- new table with the old name gets nothing.
+CREATE SCHEMA ledger;
+CREATE TABLE ledger.entries (id int PRIMARY KEY, v text);
+SELECT idem_try_insert_row('ledger.entries', '{"id": 1, "v": "a"}');
+ALTER SCHEMA ledger RENAME TO ledger_old;
+CREATE SCHEMA ledger;
+CREATE TABLE ledger.entries (id int PRIMARY KEY, v text);
+SELECT idem_try_insert_row('ledger_old.entries', '{"id": 2, "v": "b"}');
+SELECT 'ledger_old' AS schema, * FROM ledger_old.entries
+UNION ALL SELECT 'ledger', * FROM ledger.entries ORDER BY 1, 2;
+
+-- A role without USAGE on the schema is refused, as a plain INSERT is,
+-- also after another role's call prepared the statement in this session.
+GRANT INSERT ON ledger_old.entries TO regress_idem_writer;
+SELECT 'ledger_old.entries'::regclass::oid AS entries_oid \gset
+SET ROLE regress_idem_writer;
+SELECT idem_try_insert_row(:entries_oid::oid, '{"id": 3, "v": "c"}');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT count(*) AS rows_in_ledger_old FROM ledger_old.entries;
+
+-- A trigger of the target that changes the table and inserts through the
+-- function again (a parent row first): the outer call's statement is
+-- rebuilt under it, and both rows land.
+CREATE TABLE tree (id int PRIMARY KEY, parent int);
+CREATE FUNCTION ensure_parent() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.parent IS NOT NULL THEN
+        GRANT SELECT ON tree TO regress_idem_writer; -- a relcache invalidation of tree
+        PERFORM idem_try_insert_row('tree', jsonb_build_object('id', NEW.parent, 'parent', NULL));
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER tree_parent BEFORE INSERT ON tree FOR EACH ROW EXECUTE FUNCTION ensure_parent();
+SELECT idem_try_insert_row('tree', '{"id": 2, "parent": 1}'),
+       idem_try_insert_row('tree', '{"id": 3, "parent": 1}');
+SELECT * FROM tree ORDER BY id;
+
+-- Calls that fail to build (an unknown column each time) leave no
+-- statement behind.
+DO $$
+BEGIN
+    FOR i IN 1..200 LOOP
+        BEGIN
+            PERFORM idem_try_insert_row('money_log', jsonb_build_object('id', i, 'garbage_' || i, 1));
+        EXCEPTION WHEN undefined_column THEN NULL;
+        END;
+    END LOOP;
+END $$;
+SELECT count(*) < 20 AS few_statements FROM pg_backend_memory_contexts
+WHERE name = 'pg_idem statement';
+
+DROP SCHEMA ledger, ledger_old CASCADE;
+DROP TABLE money_log, tree;
+DROP FUNCTION ensure_parent();
 DROP TABLE "Odd Table", tenant_log, audit, emails, points_log, users CASCADE;
 DROP FUNCTION audit_insert();
 DROP SEQUENCE some_seq;

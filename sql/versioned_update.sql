@@ -87,9 +87,95 @@ SELECT idem_versioned_update('accounts', '{"id": 1}', 3, '{"balance = 0; --": 1}
 CREATE VIEW accounts_view AS SELECT * FROM accounts;
 SELECT idem_versioned_update('accounts_view', '{"id": 1}', 3, '{"balance": 1}');
 \echo :LAST_ERROR_SQLSTATE
+SELECT id, balance, status, version FROM accounts ORDER BY id;
+
+-- A message that builds on a version the row has not reached yet is an
+-- error (55000), never a skip: the row is at 3.
+SELECT idem_versioned_update('accounts', '{"id": 1}', 5, '{"balance": 99}');
+\echo :LAST_ERROR_SQLSTATE
 SELECT idem_versioned_update('accounts', '{"id": 1}', 9223372036854775807, '{}');
 \echo :LAST_ERROR_SQLSTATE
+-- The new version is the row's plus one: an expected version at the limit
+-- is an error only for the row that has it.
+CREATE TABLE limits (id int PRIMARY KEY, version smallint NOT NULL);
+INSERT INTO limits VALUES (1, 32767), (2, 5);
+SELECT idem_versioned_update('limits', '{"id": 2}', 32767, '{}') AS behind;
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_versioned_update('limits', '{"id": 1}', 40000, '{}') AS behind_too;
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_versioned_update('limits', '{"id": 1}', 32767, '{}') AS at_limit;
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_versioned_update('limits', '{"id": 2}', 3, '{}') AS replay_not_overflow;
+SELECT * FROM limits ORDER BY id;
+-- A row without a version cannot take a versioned update.
+CREATE TABLE loose (id int PRIMARY KEY, version int);
+INSERT INTO loose VALUES (1, NULL);
+SELECT idem_versioned_update('loose', '{"id": 1}', 0, '{}');
+\echo :LAST_ERROR_SQLSTATE
 SELECT id, balance, status, version FROM accounts ORDER BY id;
+
+-- The key names at most one row: inheritance children are left out, and
+-- a deferrable unique constraint, or a unique index under another
+-- collation than the column's, does not count.
+CREATE TABLE orders (id int PRIMARY KEY, state text, version int NOT NULL DEFAULT 0);
+CREATE TABLE orders_archive () INHERITS (orders);
+INSERT INTO orders VALUES (1, 'new', 0);
+INSERT INTO orders_archive VALUES (1, 'new', 0);
+SELECT idem_versioned_update('orders', '{"id": 1}', 0, '{"state": "paid"}') AS applied;
+SELECT tableoid::regclass, * FROM orders ORDER BY 1;
+CREATE TABLE deferred_key (id int UNIQUE DEFERRABLE, version int NOT NULL DEFAULT 0);
+SELECT idem_versioned_update('deferred_key', '{"id": 1}', 0, '{}');
+\echo :LAST_ERROR_SQLSTATE
+CREATE TABLE folded (email text COLLATE "POSIX", version int NOT NULL DEFAULT 0);
+CREATE UNIQUE INDEX ON folded (email COLLATE "C");
+SELECT idem_versioned_update('folded', '{"email": "a@x"}', 0, '{}');
+\echo :LAST_ERROR_SQLSTATE
+CREATE UNIQUE INDEX ON folded (email);
+SELECT idem_versioned_update('folded', '{"email": "a@x"}', 0, '{}') AS no_row;
+
+-- A row the caller may see but not update (an UPDATE policy), or whose
+-- update a BEFORE trigger skips, is not "another version": NULL.
+CREATE TABLE regional (id int PRIMARY KEY, region text, version int NOT NULL DEFAULT 0);
+INSERT INTO regional VALUES (1, 'eu', 0), (2, 'us', 0);
+GRANT SELECT, UPDATE ON regional TO regress_idem_updater;
+ALTER TABLE regional ENABLE ROW LEVEL SECURITY;
+CREATE POLICY see_all ON regional FOR SELECT USING (true);
+CREATE POLICY update_eu ON regional FOR UPDATE USING (region = 'eu');
+SET ROLE regress_idem_updater;
+SELECT idem_versioned_update('regional', '{"id": 2}', 0, '{}') AS not_updatable;
+SELECT idem_versioned_update('regional', '{"id": 1}', 0, '{}') AS updatable;
+RESET ROLE;
+CREATE FUNCTION skip_update() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$;
+CREATE TRIGGER skip BEFORE UPDATE ON regional FOR EACH ROW EXECUTE FUNCTION skip_update();
+SELECT idem_versioned_update('regional', '{"id": 1}', 1, '{}') AS skipped;
+SELECT * FROM regional ORDER BY id;
+
+-- The cached statement follows its table through a schema rename, and a
+-- new table with the old name is not touched.
+CREATE SCHEMA app;
+CREATE TABLE app.counters (id int PRIMARY KEY, n int, version int NOT NULL DEFAULT 0);
+INSERT INTO app.counters VALUES (1, 0, 0);
+SELECT idem_versioned_update('app.counters', '{"id": 1}', 0, '{"n": 1}') AS applied;
+ALTER SCHEMA app RENAME TO app_old;
+CREATE SCHEMA app;
+CREATE TABLE app.counters (id int PRIMARY KEY, n int, version int NOT NULL DEFAULT 0);
+INSERT INTO app.counters VALUES (1, 0, 1);
+SELECT idem_versioned_update('app_old.counters', '{"id": 1}', 1, '{"n": 2}') AS applied;
+SELECT 'app_old' AS schema, * FROM app_old.counters UNION ALL SELECT 'app', * FROM app.counters;
+
+-- A role without USAGE on the schema is refused, also after another role's
+-- call prepared the statement in this session.
+GRANT SELECT, UPDATE ON app_old.counters TO regress_idem_updater;
+SELECT 'app_old.counters'::regclass::oid AS counters_oid \gset
+SET ROLE regress_idem_updater;
+SELECT idem_versioned_update(:counters_oid::oid, '{"id": 1}', 2, '{"n": 3}');
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT * FROM app_old.counters;
+DROP SCHEMA app, app_old CASCADE;
+DROP TABLE limits, loose, orders CASCADE;
+DROP TABLE deferred_key, folded, regional;
+DROP FUNCTION skip_update();
 
 -- A hostile "=" earlier in search_path is never used.
 CREATE SCHEMA evil;

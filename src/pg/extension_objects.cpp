@@ -64,6 +64,10 @@ const char *qualified(const char *schema, const char *name)
 	return MemoryContextStrdup(TopMemoryContext, quote_qualified_identifier(schema, name));
 }
 
+// A renamed schema changes the names kept here without a relcache
+// invalidation of the tables in it.
+void forget_names(Datum, int, uint32) { objects.valid = false; }
+
 } // namespace
 
 const ExtensionObjects &extension_objects()
@@ -128,6 +132,10 @@ bool leading_columns_as_installed(TupleDesc desc, const InstalledColumn *columns
 	return true;
 }
 
-void extension_objects_register_callbacks() { CacheRegisterRelcacheCallback(forget, 0); }
+void extension_objects_register_callbacks()
+{
+	CacheRegisterRelcacheCallback(forget, 0);
+	CacheRegisterSyscacheCallback(NAMESPACEOID, forget_names, 0);
+}
 
 } // namespace idem

@@ -7,7 +7,9 @@ extern "C" {
 #include "access/htup_details.h"
 #include "catalog/pg_type_d.h"
 #include "lib/stringinfo.h"
+#include "miscadmin.h"
 #include "storage/lmgr.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/numeric.h"
@@ -31,6 +33,9 @@ void lock_target_table(const char *fn, Oid relid)
 		ereport(ERROR, errcode(ERRCODE_WRONG_OBJECT_TYPE),
 			errmsg("%s: \"%s\" is not a table", fn, get_rel_name(relid)),
 			errdetail("Only ordinary and partitioned tables can be targets."));
+	Oid schema = get_rel_namespace(relid);
+	if (pg_namespace_aclcheck(schema, GetUserId(), ACL_USAGE) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_SCHEMA, get_namespace_name(schema));
 }
 
 JsonFields json_object_fields(const char *fn, const char *argname, Jsonb *json)
@@ -77,6 +82,7 @@ void describe_column(const char *fn, Relation rel, const char *name, TargetColum
 		col->typmod = att->atttypmod;
 		Oid base = getBaseType(att->atttypid);
 		col->is_json = base == JSONOID || base == JSONBOID;
+		col->is_integer = base == INT2OID || base == INT4OID || base == INT8OID;
 		getTypeInputInfo(att->atttypid, &input_fn, &col->ioparam);
 		fmgr_info_cxt(input_fn, &col->input, cxt);
 		return;
@@ -90,16 +96,20 @@ namespace {
 
 // The text a column's input function is given for a JSON value: JSON text
 // for json and jsonb columns, the plain scalar otherwise.
-char *json_value_text(const JsonbValue *value, bool as_json)
+char *json_value_text(const JsonbValue *value, const TargetColumn *col)
 {
-	if (!as_json) {
+	if (!col->is_json) {
 		switch (value->type) {
 		case jbvString:
 			return pnstrdup(value->val.string.val, value->val.string.len);
 		case jbvNumeric:
-			// Without trailing zeros, so that 1.0 and 1e0 fit an integer
-			// column as 1 does.
-			return numeric_normalize(value->val.numeric);
+			// For an integer column without trailing zeros, so that 1.0
+			// fits as 1 does; for any other, as written (10.50 stays
+			// 10.50 in a numeric column, as jsonb_populate_record gives).
+			if (col->is_integer)
+				return numeric_normalize(value->val.numeric);
+			return DatumGetCString(
+			    DirectFunctionCall1(numeric_out, NumericGetDatum(value->val.numeric)));
 		case jbvBool:
 			return pstrdup(value->val.boolean ? "true" : "false");
 		default:
@@ -117,7 +127,7 @@ Datum json_to_column(const char *fn, Oid relid, const TargetColumn *col, const J
 {
 	// JSON null is SQL NULL; the input function still sees it, so that a
 	// domain's NOT NULL constraint is enforced.
-	char *text = value->type == jbvNull ? NULL : json_value_text(value, col->is_json);
+	char *text = value->type == jbvNull ? NULL : json_value_text(value, col);
 	*isnull = text == NULL;
 
 	MemoryContext cxt = CurrentMemoryContext;

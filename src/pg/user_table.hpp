@@ -17,7 +17,8 @@ struct TargetColumn {
 	AttrNumber attnum;
 	Oid type;
 	int32 typmod;
-	bool is_json; // json or jsonb (or a domain over one): takes JSON text
+	bool is_json;	 // json or jsonb (or a domain over one): takes JSON text
+	bool is_integer; // smallint, integer or bigint (or a domain over one)
 	Oid ioparam;
 	FmgrInfo input;
 };
@@ -31,9 +32,12 @@ struct JsonFields {
 };
 
 // Locks the target as a plain INSERT or UPDATE would (RowExclusiveLock) and
-// checks that it exists and is an ordinary or partitioned table. Taking the
-// lock first also brings this backend's caches up to date with any
-// concurrent ALTER or DROP before cached statements are trusted.
+// checks that it exists and is an ordinary or partitioned table, and that
+// the caller may use its schema (a statement names the table by its schema,
+// as a plain one does, but a cached statement is not parsed again for
+// another role). Taking the lock first also brings this backend's caches up
+// to date with any concurrent ALTER or DROP before cached statements are
+// trusted.
 void lock_target_table(const char *fn, Oid relid);
 
 // The fields of `json`, which must be a JSON object (22023 otherwise).

@@ -1,15 +1,30 @@
 // idem_versioned_update(target, key, expected_version, changes, version_column):
 // the optimistic-lock pattern on the caller's own table.
 //
-//   UPDATE target SET <changes>, version = expected + 1
+//   UPDATE [ONLY] target SET <changes>, version = version + 1
 //   WHERE <key columns> = <key values> AND version = expected
 //
 // A replay finds the version already moved on and matches nothing. The key
-// must cover a unique index or the primary key, so it names at most one row.
-// The result tells the three outcomes apart without a second query by the
-// caller: true (applied), false (the row exists with another version: a
-// replay or a stale message), NULL (no row has that key, or the caller
-// cannot see it). Only a miss pays for the follow-up existence check.
+// must cover a unique index or the primary key that `=` on its columns
+// enforces (immediate, not partial, no expressions, each column's collation
+// and equality), and ONLY leaves inheritance children out, so it names at
+// most one row. The new version is computed from the row, so that an
+// expected version at the type's limit is an error only for a row that
+// matches.
+//
+// A miss (only a miss pays for it) locks the row with SELECT ... FOR NO KEY
+// UPDATE, which waits for a writer in flight, and reads its version:
+//   - no row (or the caller may not update it): NULL;
+//   - a later version: false, a replay or a stale message;
+//   - an earlier version: the message came before the one it builds on,
+//     an error (55000) so that it is retried, never skipped;
+//   - the expected version: the row got there after the update's snapshot
+//     (a writer committed in between, or the row was inserted), so the
+//     update runs once more, now that the row is ours: true if it applies,
+//     NULL if it still does not (an UPDATE policy, or a BEFORE UPDATE
+//     trigger that skips it).
+// In REPEATABLE READ and SERIALIZABLE, a row changed after the snapshot
+// makes the update or the lock fail with 40001.
 //
 // Equality on key columns uses each type's default btree equality operator,
 // written as OPERATOR(schema.=) so that no operator planted earlier in the
@@ -17,6 +32,7 @@
 extern "C" {
 #include "postgres.h"
 
+#include "access/genam.h"
 #include "access/htup_details.h"
 #include "access/table.h"
 #include "catalog/pg_index.h"
@@ -45,30 +61,42 @@ struct UpdateInfo {
 	idem::TargetColumn *changes;
 	int nkeys;
 	idem::TargetColumn *keys;
+	const char *version_column;
+	bool only; // an ordinary table: ONLY, so that inheritance children are left out
 };
 
-// Does the set of key columns include all key columns of some usable unique
-// index (valid, not partial, no expressions)?
+// Does the index's uniqueness hold for `=` on column `attnum`: the column's
+// default equality is in the index's operator family, under the column's
+// collation (or the index's column has none)?
+bool enforces_equality(Relation rel, Relation index, int keyno)
+{
+	Form_pg_attribute att =
+	    TupleDescAttr(RelationGetDescr(rel), index->rd_index->indkey.values[keyno] - 1);
+	TypeCacheEntry *tc = lookup_type_cache(att->atttypid, TYPECACHE_EQ_OPR);
+	Oid collation = index->rd_indcollation[keyno];
+	return OidIsValid(tc->eq_opr) && op_in_opfamily(tc->eq_opr, index->rd_opfamily[keyno]) &&
+	       (!OidIsValid(collation) || collation == att->attcollation);
+}
+
+// Does the set of key columns include all key columns of some unique index
+// that makes `=` on them name at most one row (valid, immediate, not
+// partial, no expressions, the columns' own equality and collation)?
 bool covers_unique_index(Relation rel, Bitmapset *key_attnums)
 {
 	List *indexes = RelationGetIndexList(rel);
 	ListCell *lc;
 	bool covered = false;
 	foreach (lc, indexes) {
-		HeapTuple tuple = SearchSysCache1(INDEXRELID, ObjectIdGetDatum(lfirst_oid(lc)));
-		if (!HeapTupleIsValid(tuple))
-			continue;
-		Form_pg_index index = reinterpret_cast<Form_pg_index>(GETSTRUCT(tuple));
-		bool usable = index->indisunique && index->indisvalid && index->indislive &&
-			      heap_attisnull(tuple, Anum_pg_index_indpred, NULL) &&
-			      heap_attisnull(tuple, Anum_pg_index_indexprs, NULL);
-		if (usable) {
-			bool all = true;
-			for (int i = 0; i < index->indnkeyatts; i++)
-				all = all && bms_is_member(index->indkey.values[i], key_attnums);
-			covered = all;
-		}
-		ReleaseSysCache(tuple);
+		Relation index = index_open(lfirst_oid(lc), AccessShareLock);
+		Form_pg_index form = index->rd_index;
+		bool usable = form->indisunique && form->indimmediate && form->indisvalid &&
+			      form->indislive && RelationGetIndexPredicate(index) == NIL &&
+			      RelationGetIndexExpressions(index) == NIL;
+		for (int i = 0; usable && i < form->indnkeyatts; i++)
+			usable = bms_is_member(form->indkey.values[i], key_attnums) &&
+				 enforces_equality(rel, index, i);
+		index_close(index, AccessShareLock);
+		covered = usable;
 		if (covered)
 			break;
 	}
@@ -129,6 +157,8 @@ void build_update(const char *fn, idem::Statement *st, Oid relid, const char *ve
 			errdetail("It is of type %s.", format_type_be(version.type)));
 
 	UpdateInfo *info = static_cast<UpdateInfo *>(MemoryContextAlloc(st->context, sizeof *info));
+	info->version_column = MemoryContextStrdup(st->context, version_column);
+	info->only = rel->rd_rel->relkind == RELKIND_RELATION;
 	info->nchanges = changes.count;
 	info->changes = describe_all(fn, rel, changes, st->context);
 	info->nkeys = key.count;
@@ -141,7 +171,8 @@ void build_update(const char *fn, idem::Statement *st, Oid relid, const char *ve
 
 	StringInfoData sql;
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "UPDATE %s SET ", idem::qualified_table_name(rel));
+	appendStringInfo(&sql, "UPDATE %s%s SET ", info->only ? "ONLY " : "",
+			 idem::qualified_table_name(rel));
 	for (int i = 0; i < changes.count; i++) {
 		if (info->changes[i].attnum == version.attnum)
 			ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -152,8 +183,8 @@ void build_update(const char *fn, idem::Statement *st, Oid relid, const char *ve
 		types[i] = info->changes[i].type;
 		appendStringInfo(&sql, "%s = $%d, ", quote_identifier(info->changes[i].name), i + 1);
 	}
-	appendStringInfo(&sql, "%s = $%d OPERATOR(pg_catalog.+) 1 WHERE ",
-			 quote_identifier(version_column), version_param);
+	appendStringInfo(&sql, "%s = %s OPERATOR(pg_catalog.+) 1 WHERE ",
+			 quote_identifier(version_column), quote_identifier(version_column));
 
 	Bitmapset *key_attnums = NULL;
 	for (int i = 0; i < key.count; i++) {
@@ -171,7 +202,8 @@ void build_update(const char *fn, idem::Statement *st, Oid relid, const char *ve
 		ereport(ERROR, errcode(ERRCODE_INVALID_COLUMN_REFERENCE),
 			errmsg("%s: key does not cover a unique index of relation \"%s\"", fn,
 			       relname),
-			errhint("Give every column of the primary key or of a unique index, so "
+			errhint("Give every column of the primary key or of a unique index (not "
+				"deferrable, with the columns' own collation and equality), so "
 				"that the key names at most one row."));
 	appendStringInfo(&sql, "%s OPERATOR(pg_catalog.=) $%d", quote_identifier(version_column),
 			 version_param);
@@ -181,20 +213,24 @@ void build_update(const char *fn, idem::Statement *st, Oid relid, const char *ve
 	st->info = info;
 }
 
-// SELECT 1 FROM target WHERE <key columns> = $1.. : the follow-up of a miss.
-void build_exists(const char *fn, idem::Statement *st, Oid relid, const UpdateInfo *update)
+// SELECT version FROM [ONLY] target WHERE <key columns> = $1..
+// FOR NO KEY UPDATE: the follow-up of a miss.
+void build_lock(const char *fn, idem::Statement *st, Oid relid, const UpdateInfo *update)
 {
 	Relation rel = table_open(relid, AccessShareLock);
 	Oid *types = static_cast<Oid *>(palloc(sizeof(Oid) * (update->nkeys + 1)));
 	StringInfoData sql;
 	initStringInfo(&sql);
-	appendStringInfo(&sql, "SELECT 1 FROM %s WHERE ", idem::qualified_table_name(rel));
+	appendStringInfo(&sql, "SELECT CAST(%s AS pg_catalog.int8) FROM %s%s WHERE ",
+			 quote_identifier(update->version_column), update->only ? "ONLY " : "",
+			 idem::qualified_table_name(rel));
 	for (int i = 0; i < update->nkeys; i++) {
 		types[i] = update->keys[i].type;
 		if (i > 0)
 			appendStringInfoString(&sql, " AND ");
 		append_key_condition(fn, &sql, rel, &update->keys[i], i + 1);
 	}
+	appendStringInfoString(&sql, " FOR NO KEY UPDATE");
 	table_close(rel, NoLock);
 	idem::statement_prepare(st, sql.data, update->nkeys, types);
 }
@@ -266,17 +302,47 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 		PG_RETURN_BOOL(true);
 	}
 
-	// A miss: stale version, or no such row?
-	sig.data[0] = 'x'; // "xersion:...": the existence check's own signature
-	idem::Statement *exists = idem::statement_lookup(sig.data, sig.len, relid);
-	if (!idem::statement_ready(exists))
-		build_exists(fn, exists, relid, info);
-	rc = SPI_execute_plan(exists->plan, key_values, key_nulls, false, 1);
+	// A miss: lock the row and read its version.
+	sig.data[0] = 'x'; // "xersion:...": the lock's own signature
+	idem::Statement *lock = idem::statement_lookup(sig.data, sig.len, relid);
+	if (!idem::statement_ready(lock))
+		build_lock(fn, lock, relid, info);
+	rc = SPI_execute_plan(lock->plan, key_values, key_nulls, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
-	bool row_exists = SPI_processed > 0;
-	SPI_finish();
-	if (!row_exists)
+	if (SPI_processed == 0) {
+		SPI_finish();
 		PG_RETURN_NULL();
-	PG_RETURN_BOOL(false);
+	}
+	bool version_null;
+	int64 version = DatumGetInt64(
+	    SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &version_null));
+	if (version_null)
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			errmsg("%s: the version column \"%s\" of the row is null", fn,
+			       version_column),
+			errdetail("A row without a version cannot take a versioned update; nothing "
+				  "was changed."));
+	if (version > expected_version) {
+		SPI_finish();
+		PG_RETURN_BOOL(false);
+	}
+	if (version < expected_version)
+		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			errmsg("%s: the row is at version %lld, before the expected version %lld", fn,
+			       static_cast<long long>(version),
+			       static_cast<long long>(expected_version)),
+			errdetail("The message builds on a change that has not been applied yet; "
+				  "nothing was changed."),
+			errhint("Retry the message after the earlier ones."));
+
+	// At the expected version now, and locked by us: once more.
+	rc = SPI_execute_plan(update->plan, values, nulls, false, 0);
+	if (rc != SPI_OK_UPDATE)
+		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
+	bool applied = SPI_processed > 0;
+	SPI_finish();
+	if (!applied)
+		PG_RETURN_NULL();
+	PG_RETURN_BOOL(true);
 }

@@ -131,6 +131,39 @@ SELECT * FROM idem_reconcile() WHERE scope IN ('raises', 'trap') ORDER BY scope;
 SELECT scope, key, status FROM idem_records WHERE scope IN ('raises', 'trap') ORDER BY scope, key;
 DROP FUNCTION key_is_lower(text, text), payment_api(text, text);
 
+-- The function's owner can change its body at any time, and the body runs as
+-- the role that configured the scope: so that owner must already have that
+-- role's privileges. A superuser may not configure a stranger's function...
+CREATE SCHEMA stranger_code AUTHORIZATION regress_idem_stranger;
+SET ROLE regress_idem_stranger;
+CREATE FUNCTION stranger_code.check_payment(scope text, key text) RETURNS boolean
+LANGUAGE sql AS 'SELECT true';
+RESET ROLE;
+SELECT scope FROM idem_configure('escalate', reconcile_function => 'stranger_code.check_payment(text,text)');
+\echo :LAST_ERROR_SQLSTATE
+-- ... and when the owner changes later (or the configuring role is
+-- dropped), the scope's claims are left alone, with a warning.
+SELECT scope FROM idem_configure('escalate', reconcile_function => 'record_caller(text,text)');
+ALTER FUNCTION record_caller(text, text) OWNER TO regress_idem_stranger;
+SELECT status FROM idem_begin('escalate', 'e', lease => '1 microsecond');
+SELECT * FROM idem_reconcile('escalate');
+ALTER FUNCTION record_caller(text, text) OWNER TO CURRENT_USER;
+CREATE FUNCTION orphan_check(scope text, key text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE ROLE regress_idem_gone;
+GRANT EXECUTE ON FUNCTION idem_configure(text, interval, interval, integer, text, regprocedure, boolean)
+    TO regress_idem_gone;
+SET ROLE regress_idem_gone;
+SELECT scope FROM idem_configure('orphan', reconcile_function => 'orphan_check(text,text)');
+RESET ROLE;
+REVOKE ALL ON FUNCTION idem_configure(text, interval, interval, integer, text, regprocedure, boolean)
+    FROM regress_idem_gone;
+DROP ROLE regress_idem_gone;
+SELECT status FROM idem_begin('orphan', 'o', lease => '1 microsecond');
+SELECT * FROM idem_reconcile('orphan');
+SELECT scope, key, status FROM idem_records WHERE scope IN ('escalate', 'orphan') ORDER BY scope;
+DROP SCHEMA stranger_code CASCADE;
+DROP FUNCTION orphan_check(text, text);
+
 REVOKE ALL ON FUNCTION idem_configure(text, interval, interval, integer, text, regprocedure, boolean)
     FROM regress_idem_stranger;
 DELETE FROM idem_records;

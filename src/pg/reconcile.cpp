@@ -231,6 +231,19 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 				       fn, text_to_cstring(c.scope)),
 				errhint("Grant it EXECUTE again, or configure the scope again."));
 			outcome = "no_reconciler";
+		} else if (!idem::reconciler_runs_safely_as(settings.reconcile_function,
+							    settings.configured_by)) {
+			// Its owner changed, or lost privileges, or the role that
+			// configured the scope was dropped: the body is no longer
+			// vouched for by that role.
+			ereport(WARNING,
+				errmsg("%s: the reconciliation function of scope \"%s\" no longer "
+				       "runs as the role that configured it",
+				       fn, text_to_cstring(c.scope)),
+				errdetail("That role was dropped, or the function's owner does not "
+					  "have its privileges."),
+				errhint("Configure the scope again with idem_configure."));
+			outcome = "no_reconciler";
 		} else {
 			bool unknown;
 			bool happened = ask_reconciler_in_subtransaction(

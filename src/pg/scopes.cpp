@@ -203,8 +203,30 @@ bool reconcile_function_fits(Oid func)
 
 namespace {
 
+Oid function_owner(Oid func)
+{
+	HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(func));
+	if (!HeapTupleIsValid(tuple))
+		return InvalidOid;
+	Oid owner = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple))->proowner;
+	ReleaseSysCache(tuple);
+	return owner;
+}
+
+} // namespace
+
+bool reconciler_runs_safely_as(Oid func, Oid role)
+{
+	Oid owner = function_owner(func);
+	return OidIsValid(owner) && SearchSysCacheExists1(AUTHOID, ObjectIdGetDatum(role)) &&
+	       has_privs_of_role(owner, role);
+}
+
+namespace {
+
 // A reconciliation function must be fn(scope text, key text) RETURNS boolean,
-// and the configuring role must be allowed to call it.
+// the configuring role must be allowed to call it, and its owner must not
+// gain the role's privileges by changing it.
 void check_reconcile_function(const char *fn, Oid func, Oid role)
 {
 	if (!reconcile_function_fits(func))
@@ -216,6 +238,17 @@ void check_reconcile_function(const char *fn, Oid func, Oid role)
 	if (pg_proc_aclcheck(func, role, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR, errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			errmsg("%s: permission denied for function %s", fn, format_procedure(func)));
+	if (!reconciler_runs_safely_as(func, role))
+		ereport(ERROR, errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			errmsg("%s: reconciliation function %s is owned by role \"%s\", which does "
+			       "not have the privileges of role \"%s\"",
+			       fn, format_procedure(func), GetUserNameFromId(function_owner(func), false),
+			       GetUserNameFromId(role, false)),
+			errdetail("The function runs as the role that configures the scope, and its "
+				  "owner can change its body at any time."),
+			errhint("Configure the scope as the function's owner, or give the function "
+				"to a role that has the privileges of \"%s\".",
+				GetUserNameFromId(role, false)));
 }
 
 } // namespace

@@ -37,6 +37,12 @@ void check_positive_interval(const char *fn, const char *what, Interval *interva
 // may have been dropped or replaced since.
 bool reconcile_function_fits(Oid func);
 
+// May `func` run as `role`? The role must still exist, and the function's
+// owner must already have every privilege of the role: the owner can
+// replace the function's body at any time, and that body then runs as the
+// role. Checked when a scope is configured and again before every call.
+bool reconciler_runs_safely_as(Oid func, Oid role);
+
 void scopes_register_callbacks();
 
 } // namespace idem

@@ -230,6 +230,11 @@ Outcome one_statement(Consumer &c, Pattern p, const Order &o, Fault f)
 	else
 		r = cn.exec(kVersionedSql, {account, std::to_string(o.version - 1),
 		                            std::to_string(o.balance_after), order, consumer, boom});
+	if (!r.ok && p == Pattern::Versioned && r.sqlstate == "55000") {
+		// A message ahead of its predecessor: it must wait for it.
+		cn.exec("ROLLBACK");
+		return nack(kNotYet);
+	}
 	if (!r.ok)
 		return on_error(cn, r, true, f == kErrorInStatement);
 	const auto &answer = r.value(0, 0);
@@ -239,14 +244,13 @@ Outcome one_statement(Consumer &c, Pattern p, const Order &o, Fault f)
 	}
 	bool applied = *answer == "t";
 	if (p == Pattern::Versioned && !applied) {
-		// false: a replay (the account is at this version or beyond) or a
-		// message ahead of its predecessor, which must wait for it.
+		// false: a replay, so the account is at this version or beyond.
 		r = cn.exec(kVersionSql, {account});
 		if (!r.ok || !r.value(0, 0))
 			return on_error(cn, r, true, false);
 		if (std::stoll(*r.value(0, 0)) < o.version) {
 			cn.exec("ROLLBACK");
-			return nack(kNotYet);
+			return unexpected("idem_versioned_update answered false for a version not reached");
 		}
 	}
 	return finish(cn, f, applied);

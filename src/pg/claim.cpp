@@ -410,9 +410,17 @@ Claim decide_and_write(const BeginArgs &args)
 void wait_for_holder(const BeginArgs &args)
 {
 	TimestampTz deadline = GetCurrentTimestamp() + args.wait_ms * 1000;
+	// Each look's copies and SPI result are freed before the next, so that
+	// a long wait does not grow the backend.
+	MemoryContext caller = CurrentMemoryContext;
+	MemoryContext look = AllocSetContextCreate(caller, "pg_idem wait", ALLOCSET_SMALL_SIZES);
 	for (;;) {
 		TimestampTz now = GetCurrentTimestamp();
+		MemoryContextReset(look);
+		MemoryContextSwitchTo(look);
 		Record r = read_record(args.ref, false);
+		SPI_freetuptable(SPI_tuptable);
+		MemoryContextSwitchTo(caller);
 		idem::ClaimView view = view_of(r, args, now);
 		if (idem::decide_claim(view, args.policy) != idem::ClaimAction::report_in_progress ||
 		    now >= deadline)
@@ -423,6 +431,7 @@ void wait_for_holder(const BeginArgs &args)
 		// A new snapshot for the next look (READ COMMITTED only).
 		CommandCounterIncrement();
 	}
+	MemoryContextDelete(look);
 	idem::claim_sleep_done();
 }
 

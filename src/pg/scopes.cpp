@@ -24,6 +24,7 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/memutils.h"
 #include "utils/regproc.h"
+#include "utils/snapmgr.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
 }
@@ -97,8 +98,13 @@ ScopeSettings read_settings(const ExtensionObjects &objects, text *scope)
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
+	// Settings are configuration, not data: read with the latest snapshot,
+	// not the transaction's. A REPEATABLE READ transaction would otherwise
+	// read (and keep in the cache, whose invalidation it has just taken in)
+	// settings that a commit since its start replaced.
 	Datum values[] = {PointerGetDatum(scope)};
-	int rc = SPI_execute_plan(settings_statement(objects)->plan, values, NULL, true, 1);
+	int rc = SPI_execute_snapshot(settings_statement(objects)->plan, values, NULL,
+				      GetLatestSnapshot(), InvalidSnapshot, true, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
 	if (SPI_processed == 1) {

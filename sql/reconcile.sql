@@ -40,6 +40,19 @@ SELECT idem_retry('pay', 'o-1') AS requeued, idem_retry('pay', 'o-2') AS not_dea
 SELECT status, attempt FROM idem_begin('pay', 'o-1');
 SELECT count(*) FROM idem_dead_letters;
 
+-- A retried dead letter lives a full TTL from the retry: one whose TTL had
+-- run out is not purged (with its attempt count) before its next claim.
+SELECT scope FROM idem_configure('short', ttl => '1 minute');
+SELECT status FROM idem_begin('short', 'd');
+SELECT idem_fail('short', 'd', 1, 'gave up', false);
+UPDATE idem_records SET recorded_at = recorded_at - interval '2 hours',
+       expires_at = expires_at - interval '2 hours' WHERE scope = 'short';
+SELECT idem_retry('short', 'd') AS requeued;
+SELECT expires_at - recorded_at AS ttl, recorded_at > now() - interval '10 minutes' AS recorded_now
+FROM idem_records WHERE scope = 'short';
+SELECT idem_purge() AS purged;
+SELECT status, attempt FROM idem_begin('short', 'd');
+
 -- Forget a record: the next message with this key is new.
 SELECT idem_forget('pay', 'o-2') AS forgotten, idem_forget('pay', 'o-2') AS again;
 SELECT status, attempt FROM idem_begin('pay', 'o-2');

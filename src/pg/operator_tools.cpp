@@ -3,11 +3,13 @@
 extern "C" {
 #include "postgres.h"
 
+#include "access/xact.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "fmgr.h"
 #include "miscadmin.h"
 #include "utils/builtins.h"
+#include "utils/timestamp.h"
 }
 
 #include "pg/claim_wait.hpp"
@@ -16,21 +18,26 @@ extern "C" {
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/records.hpp"
+#include "pg/scopes.hpp"
 
 #include <cstring>
 
 namespace {
 
-// Runs one keyed statement on the record; returns the rows it touched.
-uint64 on_record(const char *signature, const char *sql_format, const idem::RecordRef &ref)
+// Runs one keyed statement on the record ($1 the key id, then $2 and $3
+// the timestamps, if given); returns the rows it touched.
+uint64 on_record(const char *signature, const char *sql_format, const idem::RecordRef &ref,
+		 TimestampTz recorded_at = 0, TimestampTz expires_at = 0)
 {
 	const idem::ExtensionObjects &objects = idem::extension_objects();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
-	Oid types[] = {BYTEAOID};
+	Oid types[] = {BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	int nargs = recorded_at != 0 ? 3 : 1;
 	idem::Statement *st = idem::statement_for(signature, objects.records, objects.records_name,
-						  sql_format, 1, types);
-	Datum values[] = {PointerGetDatum(ref.id)};
+						  sql_format, nargs, types);
+	Datum values[] = {PointerGetDatum(ref.id), TimestampTzGetDatum(recorded_at),
+			  TimestampTzGetDatum(expires_at)};
 	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
 	if (SPI_execute_plan(st->plan, values, NULL, false, 0) < 0)
 		elog(ERROR, "pg_idem: %s failed", signature);
@@ -51,16 +58,23 @@ idem::RecordRef operator_ref(const char *fn, FunctionCallInfo fcinfo)
 } // namespace
 
 // idem_retry(scope, key): a dead record becomes failed, with max_attempts
-// more attempts. The attempt counter keeps growing, so fencing tokens are
-// never reused. Returns false when the record is not dead.
+// more attempts, and lives a full TTL from the retry, as one that fails
+// does (so no purge takes it, and its attempt count, before the next
+// claim). The attempt counter keeps growing, so fencing tokens are never
+// reused. Returns false when the record is not dead.
 IDEM_SQL_FUNCTION(idem_retry)
 {
-	idem::RecordRef ref = operator_ref("idem_retry", fcinfo);
+	static const char fn[] = "idem_retry";
+	idem::RecordRef ref = operator_ref(fn, fcinfo);
+	TimestampTz now = GetCurrentTransactionStartTimestamp();
+	TimestampTz expires_at =
+	    idem::record_expiry(fn, now, NULL, idem::scope_settings(ref.scope));
 	uint64 n = on_record("operator:retry",
-			     "UPDATE %s SET status = 'failed', attempt_base = attempts "
+			     "UPDATE %s SET status = 'failed', attempt_base = attempts, "
+			     "recorded_at = $2, expires_at = $3 "
 			     "WHERE key_id OPERATOR(pg_catalog.=) $1 "
 			     "AND status OPERATOR(pg_catalog.=) 'dead'",
-			     ref);
+			     ref, now, expires_at);
 	if (n > 0)
 		idem::cache_invalidate(ref.id);
 	PG_RETURN_BOOL(n > 0);

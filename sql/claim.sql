@@ -160,5 +160,6 @@ FROM idem_dead_letters WHERE scope = 'claim-dead-ttl';
 -- lease (here until it runs out, then takes over), instead of overflowing.
 SELECT status, attempt FROM idem_begin('claim-long-wait', 'k', lease => '300 milliseconds');
 SELECT status, attempt FROM idem_begin('claim-long-wait', 'k', wait => '292270 years');
+SELECT status, attempt FROM idem_begin('claim-long-wait', 'k2', wait => '300000 years');
 DELETE FROM idem_records WHERE scope IN ('claim-dead-ttl', 'claim-long-wait');
 DELETE FROM idem_scopes WHERE scope = 'claim-dead-ttl';

@@ -27,6 +27,13 @@ SELECT idem_configure('x', ttl => '-1 day');
 \echo :LAST_ERROR_SQLSTATE
 SELECT idem_configure('x', lease => '0');
 \echo :LAST_ERROR_SQLSTATE
+-- Longer than a century: refused now, not by every later claim.
+SELECT idem_configure('x', ttl => '300000 years');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_configure('x', lease => '200 years');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_try_insert('x', 'k', ttl => '300000 years');
+\echo :LAST_ERROR_SQLSTATE
 SELECT idem_configure('x', max_attempts => 0);
 \echo :LAST_ERROR_SQLSTATE
 SELECT idem_configure('x', on_fingerprint_mismatch => 'ignore');

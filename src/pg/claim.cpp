@@ -549,16 +549,15 @@ IDEM_SQL_FUNCTION(idem_begin)
 			errhint("Hash the canonical form of the payload with SHA-256."));
 	args.wait_ms = 0;
 	if (!PG_ARGISNULL(4)) {
-		Interval *wait = PG_GETARG_INTERVAL_P(4);
-		TimestampTz until = DatumGetTimestampTz(DirectFunctionCall2(
-		    timestamptz_pl_interval, TimestampTzGetDatum(0), IntervalPGetDatum(wait)));
-		if (until < 0)
+		double wait_us = idem::interval_microseconds(PG_GETARG_INTERVAL_P(4));
+		if (wait_us < 0)
 			ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 				errmsg("%s: wait must not be negative", args.fn));
 		// Any wait ends at the holder's lease at the latest; capped at a
 		// century, so that the deadline cannot overflow.
-		constexpr long max_wait_ms = 100L * 366 * 24 * 3600 * 1000;
-		args.wait_ms = until / 1000 < max_wait_ms ? long(until / 1000) : max_wait_ms;
+		constexpr long max_wait_ms =
+		    long(idem::max_interval_years) * 366 * 24 * 3600 * 1000;
+		args.wait_ms = wait_us / 1000 < double(max_wait_ms) ? long(wait_us / 1000) : max_wait_ms;
 	}
 	args.settings = idem::scope_settings(args.ref.scope);
 	args.policy.max_attempts = args.settings.max_attempts;

@@ -65,6 +65,9 @@ void nap(long ms)
 {
 	TimestampTz deadline = GetCurrentTimestamp() + int64(ms) * 1000;
 	for (;;) {
+		// A cancel (pg_cancel_backend) between rounds has nothing to
+		// cancel; it must not end the worker.
+		QueryCancelPending = false;
 		CHECK_FOR_INTERRUPTS();
 		if (ConfigReloadPending) {
 			ConfigReloadPending = false;

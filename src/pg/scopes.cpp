@@ -161,6 +161,12 @@ ScopeSettings scope_settings(text *scope)
 	return settings;
 }
 
+double interval_microseconds(const Interval *interval)
+{
+	return double(interval->month) * DAYS_PER_MONTH * USECS_PER_DAY +
+	       double(interval->day) * USECS_PER_DAY + double(interval->time);
+}
+
 void check_positive_interval(const char *fn, const char *what, Interval *interval)
 {
 	// Positive on every date: a mixed interval such as '1 month -30 days'
@@ -175,6 +181,13 @@ void check_positive_interval(const char *fn, const char *what, Interval *interva
 				  DatumGetCString(
 				      DirectFunctionCall1(interval_out, IntervalPGetDatum(interval)))),
 			errhint("Its months, days and time must each be zero or more."));
+	// Far beyond any use, and so that now + it stays a timestamp.
+	if (interval_microseconds(interval) > max_interval_years * DAYS_PER_YEAR * USECS_PER_DAY)
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("%s: %s must be at most %d years", fn, what, max_interval_years),
+			errdetail("The %s given was %s.", what,
+				  DatumGetCString(
+				      DirectFunctionCall1(interval_out, IntervalPGetDatum(interval)))));
 }
 
 TimestampTz record_expiry(const char *fn, TimestampTz now, Interval *call_ttl,

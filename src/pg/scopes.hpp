@@ -29,7 +29,15 @@ ScopeSettings scope_settings(text *scope);
 TimestampTz record_expiry(const char *fn, TimestampTz now, Interval *call_ttl,
 			  const ScopeSettings &settings);
 
-// `interval` must be positive; errors name `what`.
+// The longest ttl, lease or wait, in years.
+constexpr int max_interval_years = 100;
+
+// The length of `interval`, a month counted as 30 days, as a double (so
+// that no value overflows).
+double interval_microseconds(const Interval *interval);
+
+// `interval` must be positive and at most max_interval_years; errors name
+// `what`.
 void check_positive_interval(const char *fn, const char *what, Interval *interval);
 
 // Is `func` still a function (scope text, key text) RETURNS boolean? Checked

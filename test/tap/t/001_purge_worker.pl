@@ -341,6 +341,15 @@ is(status('rounds'), $rounds + 1,
 is(count_scope('nap'), 12, 'naptime 1 h: the expired records wait');
 
 # ---------------------------------------------------------------------------
+note 'SIGINT (pg_cancel_backend) during a nap: nothing to cancel, the worker stays';
+
+is(sql("SELECT pg_cancel_backend($pid)"), 't', 'pg_cancel_backend');
+usleep(500_000);
+is(sql("SELECT count(*) FROM pg_stat_activity WHERE pid = $pid"), '1',
+	'the same worker process is still there');
+is(status('worker_pid'), $pid, 'and still in idem_purge_status');
+
+# ---------------------------------------------------------------------------
 note 'SIGTERM (pg_terminate_backend), out of a 1 h nap';
 
 my $offset = -s $node->logfile;

@@ -70,3 +70,15 @@ SELECT idem_fingerprint(NULL);
 -- Beyond the canonical form's limits: nesting deeper than 1000 levels.
 SELECT idem_fingerprint((repeat('[', 1001) || repeat(']', 1001))::jsonb);
 SELECT length(idem_fingerprint((repeat('[', 1000) || repeat(']', 1000))::jsonb)) AS at_the_limit;
+-- An error naming a long non-ASCII field is cut between characters, never
+-- inside one, so that a handler can store and read it back.
+CREATE TABLE key_errors (message text);
+DO $$
+BEGIN
+    PERFORM idem_key('{"a": 1}', 'x' || repeat('é', 300));
+EXCEPTION WHEN sql_json_member_not_found THEN
+    INSERT INTO key_errors VALUES (SQLERRM);
+END $$;
+SELECT length(upper(message)) > 200 AS readable, message LIKE 'idem_key: field "xéé%' AS names_the_field
+FROM key_errors;
+DROP TABLE key_errors;

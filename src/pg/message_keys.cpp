@@ -21,6 +21,7 @@ extern "C" {
 #include "core/message_key.hpp"
 #include "pg/guard.hpp"
 
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -34,6 +35,20 @@ struct Outcome {
 	char message[512];
 };
 
+// Copies the core's message (UTF-8) into `out`, cut if need be at a
+// character boundary, never inside a character.
+void copy_message(const std::string &message, char (&out)[512])
+{
+	size_t len = message.size();
+	if (len >= sizeof out) {
+		len = sizeof out - 1;
+		while (len > 0 && (static_cast<unsigned char>(message[len]) & 0xC0) == 0x80)
+			len--;
+	}
+	memcpy(out, message.data(), len);
+	out[len] = '\0';
+}
+
 // fields == NULL: the fingerprint.
 void compute(const char *json, size_t json_len, const char *const *fields, const int *field_lens,
 	     int nfields, Outcome *out)
@@ -45,7 +60,7 @@ void compute(const char *json, size_t json_len, const char *const *fields, const
 		if (!idem::fingerprint_hex(std::string_view(json, json_len), hex, err)) {
 			out->error = idem::KeyErrc::invalid_json;
 			out->json = err.code;
-			strlcpy(out->message, err.message.c_str(), sizeof out->message);
+			copy_message(err.message, out->message);
 		}
 	} else {
 		std::vector<std::string_view> paths;
@@ -56,7 +71,7 @@ void compute(const char *json, size_t json_len, const char *const *fields, const
 		if (!idem::message_key_hex(std::string_view(json, json_len), paths, hex, err)) {
 			out->error = err.code;
 			out->json = err.json;
-			strlcpy(out->message, err.message.c_str(), sizeof out->message);
+			copy_message(err.message, out->message);
 		}
 	}
 	if (out->error == idem::KeyErrc::none)
@@ -65,13 +80,16 @@ void compute(const char *json, size_t json_len, const char *const *fields, const
 
 Datum digest_or_error(const char *fn, const Outcome &out)
 {
-	switch (out.error) {
-	case idem::KeyErrc::none:
+	if (out.error == idem::KeyErrc::none)
 		return CStringGetTextDatum(out.hex);
+	// The core speaks UTF-8; the message goes out in the server's encoding,
+	// as the field was written.
+	const char *message = pg_any_to_server(out.message, int(strlen(out.message)), PG_UTF8);
+	switch (out.error) {
 	case idem::KeyErrc::missing_field:
 	case idem::KeyErrc::wrong_type:
 		ereport(ERROR, errcode(ERRCODE_SQL_JSON_MEMBER_NOT_FOUND),
-			errmsg("%s: %s", fn, out.message),
+			errmsg("%s: %s", fn, message),
 			errhint("A key must be computed from fields every message has."));
 		break;
 	case idem::KeyErrc::invalid_json:
@@ -82,11 +100,11 @@ Datum digest_or_error(const char *fn, const Outcome &out)
 				: out.json == idem::JsonErrc::number_out_of_range
 				    ? ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE
 				    : ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: %s", fn, out.message));
+			errmsg("%s: %s", fn, message));
 		break;
 	default:
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: %s", fn, out.message));
+			errmsg("%s: %s", fn, message));
 	}
 	pg_unreachable();
 }

@@ -172,6 +172,54 @@ SELECT idem_versioned_update(:counters_oid::oid, '{"id": 1}', 2, '{"n": 3}');
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 SELECT * FROM app_old.counters;
+-- Calls nest, and a nested call may replace the statement an outer call is
+-- running or building: the outer call goes on with its own. Here a BEFORE
+-- UPDATE trigger renames the version column, so that the nested call's
+-- rebuild fails, and then skips the update: the outer call misses, finds
+-- the row at its expected version, and runs its own update once more.
+CREATE TABLE nested (k text PRIMARY KEY, n bigint, version int NOT NULL DEFAULT 0);
+INSERT INTO nested VALUES ('a', 0, 0);
+CREATE FUNCTION nest() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('regress.nested', true) = 'on' THEN RETURN NEW; END IF;
+    PERFORM set_config('regress.nested', 'on', true);
+    ALTER TABLE nested RENAME COLUMN version TO v2;
+    BEGIN
+        PERFORM idem_versioned_update('nested', '{"k": "a"}', 0, '{"n": 5}');
+    EXCEPTION WHEN undefined_column THEN RAISE NOTICE 'the nested build failed';
+    END;
+    ALTER TABLE nested RENAME COLUMN v2 TO version;
+    PERFORM set_config('regress.nested', 'off', true);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER nest BEFORE UPDATE ON nested FOR EACH ROW EXECUTE FUNCTION nest();
+SELECT idem_versioned_update('nested', '{"k": "a"}', 0, '{"n": 5}') AS skipped;
+DROP TABLE nested;
+DROP FUNCTION nest();
+-- A build that reads an index predicate runs its function, which calls
+-- pg_idem (in a new session, where the index is loaded for the first time).
+CREATE TABLE other (id int PRIMARY KEY);
+CREATE FUNCTION zero() RETURNS int IMMUTABLE LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('regress.go', true) = 'on' THEN
+        PERFORM idem_try_insert_row('other', '{"id": 1}');
+    END IF;
+    RETURN 0;
+END $$;
+CREATE TABLE predicated (id int NOT NULL, n int, version int NOT NULL DEFAULT 0);
+CREATE UNIQUE INDEX predicated_positive ON predicated (id) WHERE id > zero();
+ALTER TABLE predicated ADD PRIMARY KEY (id);
+INSERT INTO predicated VALUES (1, 0, 0), (2, 0, 0);
+\c
+SET regress.go = on;
+SELECT idem_versioned_update('predicated', '{"id": 1}', 0, '{"n": 7}') AS applied;
+SELECT idem_versioned_update('predicated', '{"id": 2}', 0, '{"n": 7}') AS applied;
+SELECT * FROM predicated ORDER BY id;
+SELECT count(*) AS inserted_by_the_predicate FROM other;
+RESET regress.go;
+DROP TABLE predicated, other;
+DROP FUNCTION zero();
+
 DROP SCHEMA app, app_old CASCADE;
 DROP TABLE limits, loose, orders CASCADE;
 DROP TABLE deferred_key, folded, regional;

@@ -1,32 +1,33 @@
-// A backend-local hash table of prepared SPI statements.
+// A backend-local hash table of prepared SPI statements: each entry points
+// at the current Statement for one signature hash.
 //
 // Invalidation: a relcache callback marks every statement tied to the
 // invalidated relation stale (all of them when PostgreSQL invalidates the
 // whole relcache), and a pg_namespace callback marks all of them stale: a
 // statement names its table by schema and name, and renaming a schema sends
 // no relcache invalidation for its tables, while PostgreSQL's own plan cache
-// would parse the old names again. A rebuild first sets `valid` and only
-// then reads the catalogs, so an invalidation that arrives while it reads
-// leaves the entry stale rather than wrongly fresh. The plans themselves are
-// also revalidated by PostgreSQL's plan cache; our own invalidation exists
-// for what the plan does not know, such as the column types the caller
+// would parse the old names again. Each callback also counts; a statement
+// whose build saw the count change is installed stale, since what it read
+// may be older than the invalidation. The plans themselves are also
+// revalidated by PostgreSQL's plan cache; our own invalidation exists for
+// what the plan does not know, such as the column types the caller
 // converted JSON values to, and the names it was written with.
 //
-// Lifetimes. A call may run a statement's plan while the plan's own
-// execution (a trigger on the target, say) makes another call that finds
-// the statement stale and rebuilds it. So a rebuild never frees the old
-// plan and description: it retires them, and they are freed by the first
-// lookup of a later transaction, when no call of this one can still be
-// running them. A build that raises an error (an unknown column, say)
-// leaves an entry without a plan; builds never nest (they read catalogs and
-// prepare, and run no user code), so the next lookup removes it, and a
-// stream of calls with ever new, failing signatures does not grow the
-// table.
+// Lifetimes. A statement is built apart, in a context of its own under the
+// caller's (so an error halfway frees it, and leaves the table as it was),
+// and installed in one step once its plan is kept. Calls nest: a trigger
+// of the target, or an index expression the build reads, may call pg_idem
+// again, and that call may replace the entry the outer call is running or
+// building. So a statement is never changed or freed once installed: its
+// replacement retires it, and retired statements are freed by the first
+// lookup of a later transaction, when no call can still be running them.
+// A hash shared by two signatures is no different: they take turns in the
+// entry, at the cost of a rebuild.
 extern "C" {
 #include "postgres.h"
 
-#include "executor/spi.h"
 #include "common/hashfn.h"
+#include "executor/spi.h"
 #include "nodes/pg_list.h"
 #include "storage/proc.h"
 #include "utils/hsearch.h"
@@ -43,75 +44,56 @@ namespace idem {
 
 namespace {
 
+struct Entry {
+	uint64 hash; // the hash key
+	Statement *current;
+};
+
 HTAB *statements = NULL;
 MemoryContext statements_context = NULL;
+uint64 invalidations = 0;
 
-// Plans and contexts replaced in transaction `retired_in` (a local
-// transaction id), freed by the first lookup of a later one.
-List *retired_plans = NIL;
-List *retired_contexts = NIL;
+// Statements replaced in local transaction `retired_in`, freed by the
+// first lookup of a later one.
+List *retired = NIL;
 LocalTransactionId retired_in = InvalidLocalTransactionId;
-
-// The entry whose build has not finished: after the next lookup starts,
-// its build failed.
-Statement *building = NULL;
 
 void invalidate_relation(Datum, Oid relid)
 {
+	invalidations++;
 	if (statements == NULL)
 		return;
 	HASH_SEQ_STATUS seq;
 	hash_seq_init(&seq, statements);
-	Statement *st;
-	while ((st = static_cast<Statement *>(hash_seq_search(&seq))) != NULL) {
-		if (relid == InvalidOid || st->relid == relid)
-			st->valid = false;
+	Entry *entry;
+	while ((entry = static_cast<Entry *>(hash_seq_search(&seq))) != NULL) {
+		if (relid == InvalidOid || entry->current->relid == relid)
+			entry->current->valid = false;
 	}
 }
 
 void invalidate_all(Datum, int, uint32) { invalidate_relation(0, InvalidOid); }
 
+void free_retired()
+{
+	if (retired == NIL || retired_in == MyProc->lxid)
+		return;
+	ListCell *lc;
+	foreach (lc, retired) {
+		Statement *st = static_cast<Statement *>(lfirst(lc));
+		SPI_freeplan(st->plan);
+		MemoryContextDelete(st->context);
+	}
+	list_free(retired);
+	retired = NIL;
+}
+
 void retire(Statement *st)
 {
 	MemoryContext old = MemoryContextSwitchTo(statements_context);
-	if (st->plan != NULL)
-		retired_plans = lappend(retired_plans, st->plan);
-	retired_contexts = lappend(retired_contexts, st->context);
+	retired = lappend(retired, st);
 	MemoryContextSwitchTo(old);
 	retired_in = MyProc->lxid;
-	st->plan = NULL;
-	st->context = NULL;
-	st->info = NULL;
-	st->signature = NULL;
-	st->signature_len = 0;
-}
-
-void free_retired()
-{
-	if (retired_contexts == NIL || retired_in == MyProc->lxid)
-		return;
-	ListCell *lc;
-	foreach (lc, retired_plans)
-		SPI_freeplan(static_cast<SPIPlanPtr>(lfirst(lc)));
-	foreach (lc, retired_contexts)
-		MemoryContextDelete(static_cast<MemoryContext>(lfirst(lc)));
-	list_free(retired_plans);
-	list_free(retired_contexts);
-	retired_plans = NIL;
-	retired_contexts = NIL;
-}
-
-// Removes the entry of a build that raised an error. Nothing runs what it
-// built: its plan is not made yet, and what it had before was retired.
-void remove_failed_build()
-{
-	Statement *failed = building;
-	building = NULL;
-	if (failed == NULL)
-		return;
-	MemoryContextDelete(failed->context);
-	uint64 hash = failed->hash;
-	hash_search(statements, &hash, HASH_REMOVE, NULL);
 }
 
 void create_table()
@@ -121,7 +103,7 @@ void create_table()
 	HASHCTL ctl;
 	memset(&ctl, 0, sizeof ctl);
 	ctl.keysize = sizeof(uint64);
-	ctl.entrysize = sizeof(Statement);
+	ctl.entrysize = sizeof(Entry);
 	ctl.hcxt = statements_context;
 	statements = hash_create("pg_idem statements", 64, &ctl,
 				 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
@@ -133,40 +115,29 @@ Statement *statement_lookup(const char *signature, size_t signature_len, Oid rel
 {
 	if (statements == NULL)
 		create_table();
-	remove_failed_build();
 	free_retired();
 
 	uint64 hash = hash_bytes_extended(reinterpret_cast<const unsigned char *>(signature),
 					  int(signature_len), 0);
-	bool found;
-	Statement *st = static_cast<Statement *>(hash_search(statements, &hash, HASH_ENTER, &found));
-	if (!found) {
-		st->hash = hash;
-		st->signature = NULL;
-		st->signature_len = 0;
-		st->relid = relid;
-		st->valid = false;
-		st->plan = NULL;
-		st->info = NULL;
-		st->context = NULL;
+	Entry *entry = static_cast<Entry *>(hash_search(statements, &hash, HASH_FIND, NULL));
+	if (entry != NULL) {
+		Statement *st = entry->current;
+		if (st->valid && st->signature_len == signature_len &&
+		    memcmp(st->signature, signature, signature_len) == 0)
+			return st;
 	}
-	// Two signatures sharing a hash take turns in one entry: a collision
-	// costs a rebuild, never the wrong statement.
-	bool same = st->signature_len == signature_len &&
-		    memcmp(st->signature, signature, signature_len) == 0;
-	if (same && statement_ready(st))
-		return st;
 
-	if (st->context != NULL)
-		retire(st);
-	st->context =
-	    AllocSetContextCreate(statements_context, "pg_idem statement", ALLOCSET_SMALL_SIZES);
-	st->signature = static_cast<char *>(MemoryContextAlloc(st->context, signature_len + 1));
+	MemoryContext context = AllocSetContextCreate(CurrentMemoryContext, "pg_idem statement",
+						      ALLOCSET_SMALL_SIZES);
+	Statement *st = static_cast<Statement *>(MemoryContextAllocZero(context, sizeof *st));
+	st->hash = hash;
+	st->signature = static_cast<char *>(MemoryContextAlloc(context, signature_len + 1));
 	memcpy(st->signature, signature, signature_len);
 	st->signature_len = signature_len;
 	st->relid = relid;
+	st->built_after = invalidations;
 	st->valid = true;
-	building = st;
+	st->context = context;
 	return st;
 }
 
@@ -178,8 +149,16 @@ void statement_prepare(Statement *st, const char *sql, int nargs, Oid *argtypes)
 		     SPI_result_code_string(SPI_result));
 	if (SPI_keepplan(plan) != 0)
 		elog(ERROR, "pg_idem: SPI_keepplan failed");
+	// Below, only running out of memory could fail, and then it would only
+	// leak this statement: the entry keeps what it had.
 	st->plan = plan;
-	building = NULL;
+	st->valid = st->built_after == invalidations;
+	MemoryContextSetParent(st->context, statements_context);
+	bool found;
+	Entry *entry = static_cast<Entry *>(hash_search(statements, &st->hash, HASH_ENTER, &found));
+	if (found)
+		retire(entry->current);
+	entry->current = st;
 }
 
 Statement *statement_for(const char *signature, Oid relid, const char *table_name,

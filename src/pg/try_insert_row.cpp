@@ -56,8 +56,8 @@ void build_insert(const char *fn, idem::Statement *st, Oid relid, const idem::Js
 	appendStringInfoString(&sql, " ON CONFLICT DO NOTHING");
 	table_close(rel, NoLock);
 
-	idem::statement_prepare(st, sql.data, row.count, types);
 	st->info = info;
+	idem::statement_prepare(st, sql.data, row.count, types);
 }
 
 } // namespace

@@ -12,8 +12,9 @@
 // expected version at the type's limit is an error only for a row that
 // matches.
 //
-// A miss (only a miss pays for it) locks the row with SELECT ... FOR NO KEY
-// UPDATE, which waits for a writer in flight, and reads its version:
+// A miss (only a miss pays for it) reads the row's version; unless that
+// shows a replay, it locks the row with SELECT ... FOR NO KEY UPDATE, which
+// waits for a writer in flight, and reads the version again:
 //   - no row (or the caller may not update it): NULL;
 //   - a later version: false, a replay or a stale message;
 //   - an earlier version: the message came before the one it builds on,
@@ -22,7 +23,8 @@
 //     (a writer committed in between, or the row was inserted), so the
 //     update runs once more, now that the row is ours: true if it applies,
 //     NULL if it still does not (an UPDATE policy, or a BEFORE UPDATE
-//     trigger that skips it).
+//     trigger that skips it; such a trigger, and statement-level UPDATE
+//     triggers, fire twice).
 // In REPEATABLE READ and SERIALIZABLE, a row changed after the snapshot
 // makes the update or the lock fail with 40001.
 //
@@ -209,13 +211,14 @@ void build_update(const char *fn, idem::Statement *st, Oid relid, const char *ve
 			 version_param);
 	table_close(rel, NoLock);
 
-	idem::statement_prepare(st, sql.data, nargs, types);
 	st->info = info;
+	idem::statement_prepare(st, sql.data, nargs, types);
 }
 
-// SELECT version FROM [ONLY] target WHERE <key columns> = $1..
-// FOR NO KEY UPDATE: the follow-up of a miss.
-void build_lock(const char *fn, idem::Statement *st, Oid relid, const UpdateInfo *update)
+// SELECT version FROM [ONLY] target WHERE <key columns> = $1.. [FOR NO KEY
+// UPDATE]: the follow-up of a miss.
+void build_version_read(const char *fn, idem::Statement *st, Oid relid,
+			const UpdateInfo *update, bool lock)
 {
 	Relation rel = table_open(relid, AccessShareLock);
 	Oid *types = static_cast<Oid *>(palloc(sizeof(Oid) * (update->nkeys + 1)));
@@ -230,9 +233,38 @@ void build_lock(const char *fn, idem::Statement *st, Oid relid, const UpdateInfo
 			appendStringInfoString(&sql, " AND ");
 		append_key_condition(fn, &sql, rel, &update->keys[i], i + 1);
 	}
-	appendStringInfoString(&sql, " FOR NO KEY UPDATE");
+	if (lock)
+		appendStringInfoString(&sql, " FOR NO KEY UPDATE");
 	table_close(rel, NoLock);
 	idem::statement_prepare(st, sql.data, update->nkeys, types);
+}
+
+// The version of the row the key names (*exists false if none), read
+// plainly or under a lock. `sig` is the update's signature, whose first
+// byte becomes the read's own.
+int64 read_version(const char *fn, StringInfo sig, Oid relid, const UpdateInfo *update,
+		   Datum *key_values, char *key_nulls, bool lock, bool *exists)
+{
+	sig->data[0] = lock ? 'y' : 'x'; // "xersion:...", "yersion:..."
+	idem::Statement *read = idem::statement_lookup(sig->data, sig->len, relid);
+	if (!idem::statement_ready(read))
+		build_version_read(fn, read, relid, update, lock);
+	int rc = SPI_execute_plan(read->plan, key_values, key_nulls, false, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
+	*exists = SPI_processed > 0;
+	if (!*exists)
+		return 0;
+	bool isnull;
+	int64 version =
+	    DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+	if (isnull)
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			errmsg("%s: the version column \"%s\" of the row is null", fn,
+			       update->version_column),
+			errdetail("A row without a version cannot take a versioned update; nothing "
+				  "was changed."));
+	return version;
 }
 
 } // namespace
@@ -302,27 +334,20 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 		PG_RETURN_BOOL(true);
 	}
 
-	// A miss: lock the row and read its version.
-	sig.data[0] = 'x'; // "xersion:...": the lock's own signature
-	idem::Statement *lock = idem::statement_lookup(sig.data, sig.len, relid);
-	if (!idem::statement_ready(lock))
-		build_lock(fn, lock, relid, info);
-	rc = SPI_execute_plan(lock->plan, key_values, key_nulls, false, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
-	if (SPI_processed == 0) {
+	// A miss. A replay (the row is past the expected version) is answered
+	// from a plain read, taking no lock: replays of each other's rows must
+	// never wait on, or deadlock with, one another. Otherwise the row is
+	// locked, waiting for a writer in flight, and its version read again.
+	bool row_exists;
+	int64 version = read_version(fn, &sig, relid, info, key_values, key_nulls, false,
+				     &row_exists);
+	if (row_exists && version <= expected_version)
+		version = read_version(fn, &sig, relid, info, key_values, key_nulls, true,
+				       &row_exists);
+	if (!row_exists) {
 		SPI_finish();
 		PG_RETURN_NULL();
 	}
-	bool version_null;
-	int64 version = DatumGetInt64(
-	    SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &version_null));
-	if (version_null)
-		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: the version column \"%s\" of the row is null", fn,
-			       version_column),
-			errdetail("A row without a version cannot take a versioned update; nothing "
-				  "was changed."));
 	if (version > expected_version) {
 		SPI_finish();
 		PG_RETURN_BOOL(false);

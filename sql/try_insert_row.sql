@@ -186,6 +186,44 @@ END $$;
 SELECT count(*) < 20 AS few_statements FROM pg_backend_memory_contexts
 WHERE name = 'pg_idem statement';
 
+-- A domain CHECK that calls the function again, on the same statement:
+-- each call converts its values with its own copy of the input function,
+-- so the outer value is still checked.
+CREATE FUNCTION hook(v text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('regress.nest', true) = 'on' THEN
+        PERFORM set_config('regress.nest', 'off', true);
+        PERFORM idem_try_insert_row('checked', jsonb_build_object('id', 2, 'd', 'good'));
+    END IF;
+    RETURN true;
+END $$;
+CREATE DOMAIN checked_text AS text CHECK (hook(VALUE) AND VALUE <> 'bad');
+CREATE TABLE checked (id int PRIMARY KEY, d checked_text);
+SELECT idem_try_insert_row('checked', '{"id": 0, "d": "fine"}');
+SET regress.nest = on;
+SELECT idem_try_insert_row('checked', '{"id": 1, "d": "bad"}');
+\echo :LAST_ERROR_SQLSTATE
+RESET regress.nest;
+SELECT * FROM checked ORDER BY id;
+DROP TABLE checked;
+DROP DOMAIN checked_text;
+DROP FUNCTION hook(text);
+
+-- Statements of dropped tables are freed, not kept for the session.
+CREATE PROCEDURE churn() LANGUAGE plpgsql AS $$
+BEGIN
+    FOR i IN 1..50 LOOP
+        EXECUTE format('CREATE TABLE churn_%s (id int PRIMARY KEY)', i);
+        PERFORM idem_try_insert_row(format('churn_%s', i)::regclass, '{"id": 1}');
+        EXECUTE format('DROP TABLE churn_%s', i);
+        COMMIT;
+    END LOOP;
+END $$;
+CALL churn();
+SELECT count(*) < 20 AS few_statements FROM pg_backend_memory_contexts
+WHERE name = 'pg_idem statement';
+DROP PROCEDURE churn();
+
 DROP SCHEMA ledger, ledger_old CASCADE;
 DROP TABLE money_log, tree;
 DROP FUNCTION ensure_parent();

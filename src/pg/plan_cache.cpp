@@ -20,7 +20,8 @@
 // again, and that call may replace the entry the outer call is running or
 // building. So a statement is never changed or freed once installed: its
 // replacement retires it, and retired statements are freed by the first
-// lookup of a later transaction, when no call can still be running them.
+// lookup of a later transaction, when no call can still be running them;
+// so are stale ones still in the table (of a dropped table, say).
 // A hash shared by two signatures is no different: they take turns in the
 // entry, at the cost of a rebuild.
 extern "C" {
@@ -53,14 +54,18 @@ HTAB *statements = NULL;
 MemoryContext statements_context = NULL;
 uint64 invalidations = 0;
 
-// Statements replaced in local transaction `retired_in`, freed by the
-// first lookup of a later one.
+// Statements replaced since the first lookup of the current transaction,
+// freed by the first lookup of a later one; then too, if an invalidation
+// came, the stale statements still in the table are dropped (those of a
+// dropped table would otherwise stay for good).
 List *retired = NIL;
-LocalTransactionId retired_in = InvalidLocalTransactionId;
+bool stale_to_drop = false;
+LocalTransactionId last_lookup_in = InvalidLocalTransactionId;
 
 void invalidate_relation(Datum, Oid relid)
 {
 	invalidations++;
+	stale_to_drop = true;
 	if (statements == NULL)
 		return;
 	HASH_SEQ_STATUS seq;
@@ -74,18 +79,32 @@ void invalidate_relation(Datum, Oid relid)
 
 void invalidate_all(Datum, int, uint32) { invalidate_relation(0, InvalidOid); }
 
-void free_retired()
+void free_statement(Statement *st)
 {
-	if (retired == NIL || retired_in == MyProc->lxid)
-		return;
+	SPI_freeplan(st->plan);
+	MemoryContextDelete(st->context);
+}
+
+// At the first lookup of a transaction, when no call holds any statement.
+void free_unused()
+{
 	ListCell *lc;
-	foreach (lc, retired) {
-		Statement *st = static_cast<Statement *>(lfirst(lc));
-		SPI_freeplan(st->plan);
-		MemoryContextDelete(st->context);
-	}
+	foreach (lc, retired)
+		free_statement(static_cast<Statement *>(lfirst(lc)));
 	list_free(retired);
 	retired = NIL;
+	if (!stale_to_drop)
+		return;
+	stale_to_drop = false;
+	HASH_SEQ_STATUS seq;
+	hash_seq_init(&seq, statements);
+	Entry *entry;
+	while ((entry = static_cast<Entry *>(hash_seq_search(&seq))) != NULL) {
+		if (entry->current->valid)
+			continue;
+		free_statement(entry->current);
+		hash_search(statements, &entry->hash, HASH_REMOVE, NULL);
+	}
 }
 
 void retire(Statement *st)
@@ -93,7 +112,6 @@ void retire(Statement *st)
 	MemoryContext old = MemoryContextSwitchTo(statements_context);
 	retired = lappend(retired, st);
 	MemoryContextSwitchTo(old);
-	retired_in = MyProc->lxid;
 }
 
 void create_table()
@@ -115,7 +133,10 @@ Statement *statement_lookup(const char *signature, size_t signature_len, Oid rel
 {
 	if (statements == NULL)
 		create_table();
-	free_retired();
+	if (MyProc->lxid != last_lookup_in) {
+		free_unused();
+		last_lookup_in = MyProc->lxid;
+	}
 
 	uint64 hash = hash_bytes_extended(reinterpret_cast<const unsigned char *>(signature),
 					  int(signature_len), 0);

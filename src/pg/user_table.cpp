@@ -131,11 +131,15 @@ Datum json_to_column(const char *fn, Oid relid, const TargetColumn *col, const J
 	*isnull = text == NULL;
 
 	MemoryContext cxt = CurrentMemoryContext;
+	// A copy for this call: an input function keeps state in fn_extra
+	// (domain_in its CHECK's evaluation), and a nested call on the same
+	// statement (a domain CHECK that calls pg_idem) must not share it.
+	FmgrInfo input;
+	fmgr_info_copy(&input, const_cast<FmgrInfo *>(&col->input), cxt);
 	Datum result = 0;
 	PG_TRY();
 	{
-		result = InputFunctionCall(const_cast<FmgrInfo *>(&col->input), text, col->ioparam,
-					   col->typmod);
+		result = InputFunctionCall(&input, text, col->ioparam, col->typmod);
 	}
 	PG_CATCH();
 	{

@@ -67,9 +67,10 @@ struct UpdateInfo {
 	bool only; // an ordinary table: ONLY, so that inheritance children are left out
 };
 
-// Does the index's uniqueness hold for `=` on column `attnum`: the column's
-// default equality is in the index's operator family, under the column's
-// collation (or the index's column has none)?
+// Does the index's uniqueness hold for `=` on its key column `keyno`: the
+// table column's default equality is in the index column's operator
+// family, under the table column's collation (or the index column has
+// none)?
 bool enforces_equality(Relation rel, Relation index, int keyno)
 {
 	Form_pg_attribute att =

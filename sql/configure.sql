@@ -30,8 +30,10 @@ SELECT idem_configure('x', lease => '0');
 -- Longer than a century: refused now, not by every later claim.
 SELECT idem_configure('x', ttl => '300000 years');
 \echo :LAST_ERROR_SQLSTATE
-SELECT idem_configure('x', lease => '200 years');
+SELECT idem_configure('x', lease => '101 years');
 \echo :LAST_ERROR_SQLSTATE
+SELECT (idem_configure('century', ttl => '100 years', lease => '1200 mons')).ttl;
+DELETE FROM idem_scopes WHERE scope = 'century';
 SELECT idem_try_insert('x', 'k', ttl => '300000 years');
 \echo :LAST_ERROR_SQLSTATE
 SELECT idem_configure('x', max_attempts => 0);

@@ -59,6 +59,7 @@ extern "C" {
 #include "pg/settings.hpp"
 #include "pg/stats.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace {
@@ -555,9 +556,7 @@ IDEM_SQL_FUNCTION(idem_begin)
 				errmsg("%s: wait must not be negative", args.fn));
 		// Any wait ends at the holder's lease at the latest; capped at a
 		// century, so that the deadline cannot overflow.
-		constexpr long max_wait_ms =
-		    long(idem::max_interval_years) * 366 * 24 * 3600 * 1000;
-		args.wait_ms = wait_us / 1000 < double(max_wait_ms) ? long(wait_us / 1000) : max_wait_ms;
+		args.wait_ms = long(std::min(wait_us, idem::max_interval_microseconds) / 1000);
 	}
 	args.settings = idem::scope_settings(args.ref.scope);
 	args.policy.max_attempts = args.settings.max_attempts;

@@ -182,7 +182,7 @@ void check_positive_interval(const char *fn, const char *what, Interval *interva
 				      DirectFunctionCall1(interval_out, IntervalPGetDatum(interval)))),
 			errhint("Its months, days and time must each be zero or more."));
 	// Far beyond any use, and so that now + it stays a timestamp.
-	if (interval_microseconds(interval) > max_interval_years * DAYS_PER_YEAR * USECS_PER_DAY)
+	if (interval_microseconds(interval) > max_interval_microseconds)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			errmsg("%s: %s must be at most %d years", fn, what, max_interval_years),
 			errdetail("The %s given was %s.", what,

@@ -36,6 +36,10 @@ constexpr int max_interval_years = 100;
 // that no value overflows).
 double interval_microseconds(const Interval *interval);
 
+// max_interval_years, counted the same way (a year of 12 such months).
+constexpr double max_interval_microseconds =
+    double(max_interval_years) * MONTHS_PER_YEAR * DAYS_PER_MONTH * USECS_PER_DAY;
+
 // `interval` must be positive and at most max_interval_years; errors name
 // `what`.
 void check_positive_interval(const char *fn, const char *what, Interval *interval);

@@ -2,7 +2,7 @@
 # (against a running server), `make unittest` (the C++ core, no server).
 
 EXTENSION = pg_idem
-EXTVERSION = 0.2
+EXTVERSION = 0.3
 
 MODULE_big = pg_idem
 CORE_OBJS = \
@@ -40,7 +40,7 @@ OBJS = $(CORE_OBJS) \
 # release after it. The current install script is their concatenation (the
 # upgrade scripts' \echo guard lines dropped), so that CREATE EXTENSION and
 # ALTER EXTENSION UPDATE give the same objects.
-UPGRADES = src/$(EXTENSION)--0.1--0.2.sql
+UPGRADES = src/$(EXTENSION)--0.1--0.2.sql src/$(EXTENSION)--0.2--0.3.sql
 DATA = src/$(EXTENSION)--0.1.sql $(UPGRADES)
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 

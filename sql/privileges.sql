@@ -20,9 +20,10 @@ ORDER BY p.prosecdef DESC, public_execute, p.proname COLLATE "C";
 
 CREATE ROLE regress_idem_worker;
 GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval),
-    idem_begin(text, text, interval, text, interval, boolean),
-    idem_complete(text, text, integer, jsonb),
-    idem_fail(text, text, integer, text, boolean),
+    idem_begin(text, text, interval, text, interval, boolean, interval),
+    idem_complete(text, text, uuid, jsonb),
+    idem_fail(text, text, uuid, text, boolean),
+    idem_release(text, text, uuid), idem_lookup(text, text),
     idem_retry(text, text), idem_forget(text, text),
     idem_reconcile(text, integer), idem_purge(integer), idem_purge_status(),
     idem_advance(text, integer, bigint, integer), idem_position(text, integer),
@@ -33,11 +34,17 @@ SET ROLE regress_idem_worker;
 SELECT count(*) FROM idem_records;
 \echo :LAST_ERROR_SQLSTATE
 SELECT idem_try_insert('rights', 'a') AS first, idem_try_insert('rights', 'a') AS again;
-SELECT status, attempt FROM idem_begin('rights', 'b');
-SELECT idem_complete('rights', 'b', 1, '{"ok": true}');
+SELECT status, attempt, token AS b_token FROM idem_begin('rights', 'b') \gset
+\echo :status :attempt
+SELECT idem_complete('rights', 'b', :'b_token', '{"ok": true}');
 SELECT status, result FROM idem_begin('rights', 'b');
-SELECT status, attempt FROM idem_begin('rights', 'c');
-SELECT idem_fail('rights', 'c', 1, 'gave up', retryable => false) AS failed_to;
+SELECT status, result FROM idem_lookup('rights', 'b');
+SELECT status, attempt, token AS c_token FROM idem_begin('rights', 'c') \gset
+\echo :status :attempt
+SELECT idem_release('rights', 'c', :'c_token');
+SELECT status, attempt, token AS c_token FROM idem_begin('rights', 'c') \gset
+\echo :status :attempt
+SELECT idem_fail('rights', 'c', :'c_token', 'gave up', retryable => false) AS failed_to;
 SELECT idem_retry('rights', 'c') AS retried;
 SELECT status, attempt FROM idem_begin('rights', 'c', lease => '1 microsecond');
 SELECT idem_try_insert('rights', 'short-lived', ttl => '1 microsecond') AS short_lived;
@@ -55,14 +62,14 @@ SELECT current_user;
 -- An error raised while acting as the owner, caught by an exception block.
 DO $$
 BEGIN
-    PERFORM idem_complete('rights', 'b', 7, NULL);
+    PERFORM idem_complete('rights', 'b', gen_random_uuid(), NULL);
 EXCEPTION WHEN OTHERS THEN
     RAISE NOTICE 'caught %; current_user is %', SQLSTATE, current_user;
 END $$;
 SELECT current_user;
 -- An aborted transaction.
 BEGIN;
-SELECT idem_complete('rights', 'b', 7, NULL);
+SELECT idem_complete('rights', 'b', gen_random_uuid(), NULL);
 ROLLBACK;
 SELECT current_user, idem_try_insert('rights', 'd') AS after_abort;
 -- The tables are still closed to the role.

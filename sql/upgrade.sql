@@ -1,7 +1,9 @@
--- pg_idem 0.1 -> 0.2: ALTER EXTENSION UPDATE keeps the data, and gives
--- exactly the objects, privileges and function properties of a new
--- install; a database still on 0.1's SQL keeps working with the new
--- library for what 0.1 had, and says what to do for the rest.
+-- pg_idem 0.1 -> 0.3 and 0.2 -> 0.3: ALTER EXTENSION UPDATE keeps the
+-- data, and gives exactly the objects, columns, privileges and function
+-- properties of a new install; a database still on older SQL keeps working
+-- with the new library for idem_try_insert, and says what to do for the
+-- rest (the claim protocol of 0.2 and older is refused: it completed claims
+-- by attempt number, which anyone could read).
 
 -- The extension's members, with their privileges and function properties.
 CREATE TEMP VIEW members AS
@@ -15,6 +17,14 @@ WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem');
 CREATE TEMP TABLE fresh AS SELECT * FROM members;
 SELECT count(*) AS members_of_a_new_install FROM fresh;
+-- The columns of its tables and of idem_claim, in order.
+CREATE TEMP VIEW columns AS
+SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod) AS type
+FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
+WHERE c.relnamespace = 'public'::regnamespace AND c.relname LIKE 'idem\_%'
+  AND c.relkind IN ('r', 'c') AND a.attnum > 0 AND NOT a.attisdropped;
+CREATE TEMP TABLE fresh_columns AS SELECT * FROM columns;
+SELECT relname, count(*) AS columns FROM fresh_columns GROUP BY relname ORDER BY relname;
 
 DROP EXTENSION pg_idem;
 CREATE EXTENSION pg_idem VERSION '0.1';
@@ -43,3 +53,54 @@ CREATE TEMP TABLE upgraded AS SELECT * FROM members;
 (SELECT 'only in a new install' AS where_, * FROM fresh EXCEPT SELECT 'only in a new install', * FROM upgraded)
 UNION ALL
 (SELECT 'only after the update', * FROM upgraded EXCEPT SELECT 'only after the update', * FROM fresh);
+(SELECT 'only in a new install' AS where_, * FROM fresh_columns EXCEPT SELECT 'only in a new install', * FROM columns)
+UNION ALL
+(SELECT 'only after the update', * FROM columns EXCEPT SELECT 'only after the update', * FROM fresh_columns);
+
+-- 0.2 -> 0.3, with a consumer role, a completed record and a claim in
+-- flight.
+DROP TABLE upgraded;
+DROP EXTENSION pg_idem;
+CREATE EXTENSION pg_idem VERSION '0.2';
+CREATE ROLE regress_idem_consumer;
+GRANT EXECUTE ON FUNCTION idem_begin(text, text, interval, text, interval, boolean),
+    idem_complete(text, text, integer, jsonb), idem_try_insert(text, text, interval)
+TO regress_idem_consumer;
+SELECT idem_try_insert('upgrade', 'done') AS recorded_under_0_2;
+-- The 0.3 library refuses 0.2's claim functions, with what to do.
+SELECT * FROM idem_begin('upgrade', 'claim');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_complete('upgrade', 'claim', 1);
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_fail('upgrade', 'claim', 1, 'x');
+\echo :LAST_ERROR_SQLSTATE
+-- A claim in flight, as 0.2 left it (written here by hand: the library
+-- no longer starts 0.2 claims).
+SELECT idem_try_insert('upgrade', 'in-flight');
+UPDATE idem_records SET status = 'in_progress', lease_expires_at = now() + interval '1 hour',
+                        holder_pid = 1, holder_started_at = now()
+WHERE key = 'in-flight';
+-- The update says which roles lose their grants on the replaced functions,
+-- and how to grant the new ones.
+ALTER EXTENSION pg_idem UPDATE TO '0.3';
+SELECT idem_try_insert('upgrade', 'done') AS still_a_duplicate;
+-- The claim in flight got a token no one knows: its 0.2 holder cannot
+-- complete it, and it ends by its lease.
+SELECT status, claim_token IS NOT NULL AS held_by_an_unknown_token FROM idem_records WHERE key = 'in-flight';
+SELECT status, attempt, token FROM idem_begin('upgrade', 'in-flight');
+SELECT idem_complete('upgrade', 'in-flight', NULL);
+\echo :LAST_ERROR_SQLSTATE
+SET ROLE regress_idem_consumer;
+SELECT status FROM idem_begin('upgrade', 'after');
+\echo :LAST_ERROR_SQLSTATE
+SELECT idem_try_insert('upgrade', 'done') AS consumer_keeps_idem_try_insert;
+RESET ROLE;
+DROP OWNED BY regress_idem_consumer;
+DROP ROLE regress_idem_consumer;
+CREATE TEMP TABLE upgraded AS SELECT * FROM members;
+(SELECT 'only in a new install' AS where_, * FROM fresh EXCEPT SELECT 'only in a new install', * FROM upgraded)
+UNION ALL
+(SELECT 'only after the update', * FROM upgraded EXCEPT SELECT 'only after the update', * FROM fresh);
+(SELECT 'only in a new install' AS where_, * FROM fresh_columns EXCEPT SELECT 'only in a new install', * FROM columns)
+UNION ALL
+(SELECT 'only after the update', * FROM columns EXCEPT SELECT 'only after the update', * FROM fresh_columns);

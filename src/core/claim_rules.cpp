@@ -1,5 +1,6 @@
 // See claim_rules.hpp for the state diagram.
 #include "claim_rules.hpp"
+#include "sha256.hpp"
 
 namespace idem {
 
@@ -21,7 +22,7 @@ ClaimAction decide_claim(const ClaimView &record, const ClaimPolicy &policy) noe
 {
 	if (record.state == RecordState::absent || record.expired)
 		return ClaimAction::claim_new;
-	if (record.fingerprint_differs)
+	if (record.fingerprint_differs && record.state != RecordState::failed)
 		return ClaimAction::report_mismatch;
 
 	switch (record.state) {
@@ -49,26 +50,21 @@ RecordState decide_failure(int attempts, int attempt_base, int max_attempts,
 	return RecordState::failed;
 }
 
-bool valid_fingerprint(const char *text, size_t len) noexcept
+FingerprintCheck check_fingerprint(size_t len) noexcept
 {
-	if (len != fingerprint_length)
-		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = text[i];
-		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-			return false;
-	}
-	return true;
+	if (len == 0)
+		return FingerprintCheck::empty;
+	if (len > max_fingerprint_bytes)
+		return FingerprintCheck::too_long;
+	return FingerprintCheck::ok;
 }
 
-bool fingerprint_bytes(const char *text, size_t len, uint8_t *out) noexcept
+void fingerprint_digest(const char *text, size_t len,
+			uint8_t out[fingerprint_digest_length]) noexcept
 {
-	if (!valid_fingerprint(text, len))
-		return false;
-	auto nibble = [](char c) { return c <= '9' ? c - '0' : c - 'a' + 10; };
-	for (size_t i = 0; i < fingerprint_bytes_length; i++)
-		out[i] = uint8_t(nibble(text[2 * i]) << 4 | nibble(text[2 * i + 1]));
-	return true;
+	Sha256 sha;
+	sha.update(text, len);
+	sha.finish(out);
 }
 
 } // namespace idem

@@ -12,6 +12,11 @@
 //                 begin: attempt+1                       │
 //   fail, not retryable or attempts used up ──> dead <───┘ attempts used up
 //   dead ──(idem_retry)──> failed, with max_attempts more attempts
+//   in_progress ──(release)──> failed, the released attempt not counted
+//
+// A record binds the fingerprint of the payload it was claimed with while
+// it is in progress, completed or dead; a failed (or released) one does
+// not, so that a retry may bring a corrected payload.
 //
 // Attempts only ever grow: an attempt number is the fencing token of one
 // holder, and no later holder can ever be given the same one.
@@ -32,6 +37,7 @@ struct ClaimView {
 	bool lease_expired;    // in progress, and its lease has run out
 	bool holder_gone;      // in progress, and its holder's session has ended
 	bool fingerprint_differs; // both the record and the call have one, unequal
+				  // (never for a failed record: it binds none)
 };
 
 struct ClaimPolicy {
@@ -55,14 +61,18 @@ ClaimAction decide_claim(const ClaimView &record, const ClaimPolicy &policy) noe
 RecordState decide_failure(int attempts, int attempt_base, int max_attempts,
 			   bool retryable) noexcept;
 
-// A payload fingerprint is a hex-encoded SHA-256: 64 lowercase hex digits.
-constexpr size_t fingerprint_length = 64;
-bool valid_fingerprint(const char *text, size_t len) noexcept;
+// A payload fingerprint is opaque text, compared for equality: the
+// canonical SHA-256 of idem_fingerprint, or a client library's own payload
+// hash. It must be non-empty and at most this many bytes.
+constexpr size_t max_fingerprint_bytes = 1024;
+enum class FingerprintCheck { ok, empty, too_long };
+FingerprintCheck check_fingerprint(size_t len) noexcept;
 
-// The 32 bytes a valid fingerprint encodes; false (and `out` untouched) when
-// the text is not a valid fingerprint. On valid ones this is a bijection, so
-// two fingerprints are equal as text exactly when their bytes are.
-constexpr size_t fingerprint_bytes_length = fingerprint_length / 2;
-bool fingerprint_bytes(const char *text, size_t len, uint8_t *out) noexcept;
+// The SHA-256 of a fingerprint's bytes: what the duplicate cache keeps of
+// it, in a fixed size. Two fingerprints are equal as text exactly when
+// their digests are (barring a SHA-256 collision).
+constexpr size_t fingerprint_digest_length = 32;
+void fingerprint_digest(const char *text, size_t len,
+			uint8_t out[fingerprint_digest_length]) noexcept;
 
 } // namespace idem

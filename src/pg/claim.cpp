@@ -1,6 +1,7 @@
-// idem_begin, idem_complete, idem_fail: the claim protocol for effects that
-// cannot share the consumer's transaction (see the state diagram in
-// src/core/claim_rules.hpp, which also makes every decision taken here).
+// idem_begin, idem_complete, idem_fail, idem_release and idem_lookup: the
+// claim protocol for effects that cannot share the consumer's transaction
+// (see the state diagram in src/core/claim_rules.hpp, which also makes every
+// decision taken here).
 //
 // Each function is one short transaction of the caller's (call them in
 // autocommit, and do the external work between idem_begin and
@@ -9,11 +10,18 @@
 // Locking: idem_begin reads the record with SELECT ... FOR UPDATE, so two
 // claims of one key queue on its row lock and the second decides on what the
 // first committed; a brand-new key is inserted with ON CONFLICT DO NOTHING and
-// re-read if a concurrent claim got there first. idem_complete and idem_fail
-// update only WHERE status = 'in_progress' AND attempts = <the caller's
-// attempt>: the attempt number is a fencing token, so a holder whose lease
-// was taken over (or reconciled) matches nothing and is refused with an
-// error, changing nothing.
+// re-read if a concurrent claim got there first. idem_complete, idem_fail
+// and idem_release update only WHERE status = 'in_progress' AND
+// claim_token = <the caller's token>. Each claim gets a new random token
+// (122 bits from pg_strong_random) that only its acquirer is told, so a
+// session that never held the key, or a holder whose lease was taken over
+// (or reconciled), matches nothing and is refused with an error, changing
+// nothing. The attempt number stays in the answers as the fencing number a
+// holder may pass to other systems; it is no longer a credential.
+//
+// A claim may bring its own ttl: the record keeps it (column ttl), and its
+// completion, failure or release gives the record that lifetime, else the
+// scope's.
 //
 // Liveness: a record remembers its holder's backend pid and start time.
 // Where the scope or the call opts in (takeover_on_disconnect), a claim whose
@@ -46,6 +54,8 @@ extern "C" {
 #include "utils/jsonb.h"
 #include "utils/memutils.h"
 #include "utils/timestamp.h"
+#include "utils/uuid.h"
+#include "utils/datum.h"
 }
 
 #include "core/claim_rules.hpp"
@@ -77,6 +87,9 @@ struct Record {
 	text *fingerprint; // NULL when none
 	Datum result;	   // jsonb, or 0 when NULL
 	text *last_error;
+	bool has_token;
+	pg_uuid_t token;
+	Interval *ttl; // the claim's own, NULL when none
 };
 
 // A statement on idem_records, prepared once per backend.
@@ -146,19 +159,20 @@ bool same_text(text *a, text *b)
 	return len == VARSIZE_ANY_EXHDR(b) && memcmp(VARDATA_ANY(a), VARDATA_ANY(b), len) == 0;
 }
 
-// Reads the record, locking its row when `lock` (inside SPI).
-Record read_record(const idem::RecordRef &ref, bool lock)
+// Reads the record, locking its row when `lock` (inside SPI); `read_only`
+// for a caller that writes nothing (idem_lookup).
+Record read_record(const idem::RecordRef &ref, bool lock, bool read_only = false)
 {
 	static const char columns[] =
 	    "SELECT scope, key, status, attempts, attempt_base, expires_at, lease_expires_at, "
-	    "holder_pid, holder_started_at, fingerprint, result, last_error FROM %s "
-	    "WHERE key_id OPERATOR(pg_catalog.=) $1";
+	    "holder_pid, holder_started_at, fingerprint, result, last_error, claim_token, ttl "
+	    "FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1";
 	Oid types[] = {BYTEAOID};
 	idem::Statement *st =
 	    lock ? prepare("claim:lock", psprintf("%s FOR UPDATE", columns), 1, types)
 		 : prepare("claim:read", columns, 1, types);
 	Datum values[] = {PointerGetDatum(ref.id)};
-	int rc = SPI_execute_plan(st->plan, values, NULL, false, 1);
+	int rc = SPI_execute_plan(st->plan, values, NULL, read_only, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
 
@@ -194,6 +208,14 @@ Record read_record(const idem::RecordRef &ref, bool lock)
 	r.result = isnull ? 0 : PointerGetDatum(DatumGetJsonbPCopy(d));
 	d = SPI_getbinval(row, desc, 12, &isnull);
 	r.last_error = isnull ? NULL : DatumGetTextPCopy(d);
+	d = SPI_getbinval(row, desc, 13, &isnull);
+	r.has_token = !isnull;
+	if (!isnull)
+		r.token = *DatumGetUUIDP(d);
+	d = SPI_getbinval(row, desc, 14, &isnull);
+	r.ttl = isnull ? NULL
+		       : reinterpret_cast<Interval *>(
+			     DatumGetPointer(datumCopy(d, false, sizeof(Interval))));
 	return r;
 }
 
@@ -216,6 +238,7 @@ struct BeginArgs {
 	idem::RecordRef ref;
 	text *fingerprint;
 	Interval *lease;
+	Interval *ttl; // the call's, NULL when none
 	long wait_ms;
 	idem::ClaimPolicy policy;
 	bool mismatch_is_error;
@@ -249,13 +272,28 @@ TimestampTz lease_end(const BeginArgs &args, TimestampTz now)
 	    timestamptz_pl_interval, TimestampTzGetDatum(now), IntervalPGetDatum(lease)));
 }
 
-// Writes the claim: a new record (attempt 1), or the existing one taken over
-// with `attempt`; `fresh` when that record had expired and starts a new life
-// (its fingerprint, result and last error are dropped, but never its attempt
-// count: attempt numbers are fencing tokens and must never be handed out
-// twice). Returns false if a concurrent claim inserted the key first.
+// A new claim token: a version 4 UUID, 122 bits from pg_strong_random.
+pg_uuid_t *new_claim_token()
+{
+	pg_uuid_t *token = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
+	if (!pg_strong_random(token->data, UUID_LEN))
+		ereport(ERROR, errcode(ERRCODE_INTERNAL_ERROR),
+			errmsg("pg_idem: could not generate a random claim token"));
+	token->data[6] = (token->data[6] & 0x0f) | 0x40; // version 4
+	token->data[8] = (token->data[8] & 0x3f) | 0x80; // RFC 4122 variant
+	return token;
+}
+
+// Writes the claim, held by `token`: a new record (attempt 1), or the
+// existing one taken over with `attempt`; `fresh` when that record had
+// expired and starts a new life (its fingerprint, result and last error are
+// dropped, but never its attempt count: attempt numbers are fencing numbers
+// and must never be handed out twice). `rebind` when the claim records its
+// own fingerprint, even none: a fresh record, and a failed or released one,
+// which binds no payload. Returns false if a concurrent claim inserted the
+// key first.
 bool write_claim(const BeginArgs &args, bool exists, int attempt, int attempt_base, bool fresh,
-		 TimestampTz now)
+		 bool rebind, const pg_uuid_t *token, TimestampTz now)
 {
 	Datum values[] = {PointerGetDatum(args.ref.id),
 			  PointerGetDatum(args.ref.scope),
@@ -263,37 +301,42 @@ bool write_claim(const BeginArgs &args, bool exists, int attempt, int attempt_ba
 			  Int32GetDatum(attempt),
 			  Int32GetDatum(attempt_base),
 			  TimestampTzGetDatum(now),
-			  TimestampTzGetDatum(idem::record_expiry(args.fn, now, NULL, args.settings)),
+			  TimestampTzGetDatum(idem::record_expiry(args.fn, now, args.ttl, args.settings)),
 			  TimestampTzGetDatum(lease_end(args, now)),
 			  Int32GetDatum(MyProcPid),
 			  TimestampTzGetDatum(MyStartTimestamp),
 			  PointerGetDatum(args.fingerprint),
-			  BoolGetDatum(fresh)};
-	char nulls[] = "            ";
+			  UUIDPGetDatum(token),
+			  IntervalPGetDatum(args.ttl),
+			  BoolGetDatum(fresh),
+			  BoolGetDatum(rebind)};
+	char nulls[] = "               ";
 	if (args.fingerprint == NULL)
 		nulls[10] = 'n';
-	Oid types[] = {BYTEAOID,       TEXTOID,	       TEXTOID, INT4OID,	INT4OID, TIMESTAMPTZOID,
-		       TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID, TEXTOID, BOOLOID};
+	if (args.ttl == NULL)
+		nulls[12] = 'n';
+	Oid types[] = {BYTEAOID,	TEXTOID,	TEXTOID, INT4OID,	 INT4OID,
+		       TIMESTAMPTZOID,	TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID,
+		       TEXTOID,		UUIDOID,	INTERVALOID, BOOLOID,	 BOOLOID};
 	if (!exists) {
 		idem::Statement *st = prepare(
 		    "claim:insert",
 		    "INSERT INTO %s (key_id, scope, key, status, attempts, attempt_base, "
 		    "recorded_at, expires_at, lease_expires_at, holder_pid, holder_started_at, "
-		    "fingerprint) VALUES ($1, $2, $3, 'in_progress', $4, $5, $6, $7, $8, $9, $10, "
-		    "$11) ON CONFLICT (key_id) DO NOTHING",
-		    11, types);
+		    "fingerprint, claim_token, ttl) VALUES ($1, $2, $3, 'in_progress', $4, $5, $6, "
+		    "$7, $8, $9, $10, $11, $12, $13) ON CONFLICT (key_id) DO NOTHING",
+		    13, types);
 		return run(st, values, nulls, SPI_OK_INSERT) == 1;
 	}
-	// A takeover keeps the stored fingerprint unless the call brings one.
 	idem::Statement *st = prepare(
 	    "claim:takeover",
 	    "UPDATE %s SET status = 'in_progress', attempts = $4, attempt_base = $5, "
 	    "recorded_at = $6, expires_at = $7, lease_expires_at = $8, holder_pid = $9, "
-	    "holder_started_at = $10, "
-	    "fingerprint = CASE WHEN $12 THEN $11 ELSE COALESCE($11, fingerprint) END, "
-	    "last_error = CASE WHEN $12 THEN NULL ELSE last_error END, result = NULL "
+	    "holder_started_at = $10, claim_token = $12, ttl = $13, "
+	    "fingerprint = CASE WHEN $15 THEN $11 ELSE COALESCE($11, fingerprint) END, "
+	    "last_error = CASE WHEN $14 THEN NULL ELSE last_error END, result = NULL "
 	    "WHERE key_id OPERATOR(pg_catalog.=) $1",
-	    12, types);
+	    15, types);
 	idem::OwnChange own = idem::cache_own_change_begin(args.ref.id);
 	run(st, values, nulls, SPI_OK_UPDATE);
 	idem::cache_own_change_end(own);
@@ -305,15 +348,18 @@ bool write_claim(const BeginArgs &args, bool exists, int attempt, int attempt_ba
 // holders vanished): say so, since operators read last_error. The dead
 // letter lives a full TTL from now, as idem_fail's does: its old expiry,
 // set at the claim, may already have passed (a lease as long as the TTL),
-// and an expired dead record would be claimed again at once.
-void mark_dead(const BeginArgs &args, int attempts, TimestampTz now)
+// and an expired dead record would be claimed again at once. Returns the
+// new expiry.
+TimestampTz mark_dead(const BeginArgs &args, const Record &r, TimestampTz now)
 {
+	int attempts = r.attempts;
+	TimestampTz expires_at = idem::record_expiry(args.fn, now, r.ttl, args.settings);
 	Oid types[] = {BYTEAOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	idem::Statement *st =
 	    prepare("claim:dead",
 		    "UPDATE %s SET status = 'dead', last_error = $2, lease_expires_at = NULL, "
-		    "holder_pid = NULL, holder_started_at = NULL, recorded_at = $3, "
-		    "expires_at = $4 "
+		    "holder_pid = NULL, holder_started_at = NULL, claim_token = NULL, "
+		    "recorded_at = $3, expires_at = $4 "
 		    "WHERE key_id OPERATOR(pg_catalog.=) $1",
 		    4, types);
 	const idem::RecordRef &ref = args.ref;
@@ -322,24 +368,62 @@ void mark_dead(const BeginArgs &args, int attempts, TimestampTz now)
 	    CStringGetTextDatum(psprintf("attempts used up: attempt %d did not finish "
 					 "before its lease expired",
 					 attempts)),
-	    TimestampTzGetDatum(now),
-	    TimestampTzGetDatum(idem::record_expiry(args.fn, now, NULL, args.settings))};
+	    TimestampTzGetDatum(now), TimestampTzGetDatum(expires_at)};
 	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
 	run(st, values, NULL, SPI_OK_UPDATE);
 	idem::cache_own_change_end(own);
 	idem::cache_invalidate(ref.id);
+	return expires_at;
 }
 
-// The answer of idem_begin, as an idem_claim row.
+// The answer of idem_begin and idem_lookup, as an idem_claim row.
 struct Claim {
 	const char *status;
-	int attempt;
+	int attempt; // 0: NULL
 	Datum result;
-	TimestampTz lease_expires_at;
+	TimestampTz lease_expires_at; // 0: NULL
 	text *last_error;
-	bool took_over;	  // acquired from a holder whose lease ran out (or who is gone)
-	bool became_dead; // this call marked the record dead
+	const pg_uuid_t *token;	// only in an 'acquired' answer
+	TimestampTz expires_at; // 0: NULL
+	text *fingerprint;	// the stored one, where the answer shows it
+	bool took_over;		// acquired from a holder whose lease ran out (or who is gone)
+	bool became_dead;	// this call marked the record dead
 };
+
+// What idem_begin answers about a record it does not take: its attempt,
+// result, lease, last error and expiry, no token, and no fingerprint (the
+// caller knows its own; only a mismatch shows the stored one).
+Claim report(const char *status, const Record &r)
+{
+	Claim c;
+	memset(&c, 0, sizeof c);
+	c.status = status;
+	c.attempt = r.attempts;
+	c.result = r.result;
+	c.lease_expires_at = r.lease_expires_at;
+	c.last_error = r.last_error;
+	c.expires_at = r.expires_at;
+	return c;
+}
+
+Claim acquired(const BeginArgs &args, int attempt, text *last_error, const pg_uuid_t *token,
+	       TimestampTz now)
+{
+	Claim c;
+	memset(&c, 0, sizeof c);
+	c.status = "acquired";
+	c.attempt = attempt;
+	c.lease_expires_at = lease_end(args, now);
+	c.last_error = last_error;
+	c.token = token;
+	c.expires_at = idem::record_expiry(args.fn, now, args.ttl, args.settings);
+	return c;
+}
+
+// A payload that differs from the one a key was used with: its own SQLSTATE
+// (class "ID", implementation-defined), so that a client can tell "the
+// payload changed" from a malformed argument (22023).
+#define ERRCODE_IDEM_FINGERPRINT_MISMATCH MAKE_SQLSTATE('I', 'D', 'M', '0', '1')
 
 Claim decide_and_write(const BeginArgs &args)
 {
@@ -350,57 +434,65 @@ Claim decide_and_write(const BeginArgs &args)
 		TimestampTz now = GetCurrentTimestamp();
 		Record r = read_record(args.ref, true);
 		idem::ClaimView view = view_of(r, args, now);
-		Claim c = {NULL, r.attempts, r.result, r.lease_expires_at, r.last_error};
 		switch (idem::decide_claim(view, args.policy)) {
 		case idem::ClaimAction::claim_new: {
 			// An expired record starts a new life with a full set of
 			// attempts, numbered on from the old ones.
 			int attempt = r.exists ? r.attempts + 1 : 1;
-			if (!write_claim(args, r.exists, attempt, r.attempts, true, now))
+			pg_uuid_t *token = new_claim_token();
+			if (!write_claim(args, r.exists, attempt, r.attempts, true, true, token, now))
 				continue; // a concurrent claim inserted it: read it again
-			return Claim{"acquired", attempt, 0, lease_end(args, now), NULL};
+			return acquired(args, attempt, NULL, token, now);
 		}
-		case idem::ClaimAction::claim_next:
-			write_claim(args, true, r.attempts + 1, r.attempt_base, false, now);
-			return Claim{"acquired", r.attempts + 1, 0, lease_end(args, now),
-				     r.last_error, r.state == idem::RecordState::in_progress};
-		case idem::ClaimAction::report_in_progress:
-			c.status = "in_progress";
+		case idem::ClaimAction::claim_next: {
+			pg_uuid_t *token = new_claim_token();
+			write_claim(args, true, r.attempts + 1, r.attempt_base, false,
+				    r.state == idem::RecordState::failed, token, now);
+			Claim c = acquired(args, r.attempts + 1, r.last_error, token, now);
+			c.took_over = r.state == idem::RecordState::in_progress;
 			return c;
+		}
+		case idem::ClaimAction::report_in_progress:
+			return report("in_progress", r);
 		case idem::ClaimAction::report_completed:
 			// Still holding the row lock: the next call can be answered
 			// from the cache.
 			idem::records_offer_to_cache(args.ref, now, generation);
-			c.status = "completed";
-			return c;
-		case idem::ClaimAction::mark_dead:
-			mark_dead(args, r.attempts, now);
-			c.status = "dead";
+			return report("completed", r);
+		case idem::ClaimAction::mark_dead: {
+			Claim c = report("dead", r);
+			c.expires_at = mark_dead(args, r, now);
 			c.became_dead = true;
 			c.lease_expires_at = 0;
 			c.last_error = cstring_to_text(psprintf(
 			    "attempts used up: attempt %d did not finish before its lease expired",
 			    r.attempts));
 			return c;
+		}
 		case idem::ClaimAction::report_dead:
-			c.status = "dead";
-			return c;
-		case idem::ClaimAction::report_mismatch:
+			return report("dead", r);
+		case idem::ClaimAction::report_mismatch: {
 			if (args.mismatch_is_error)
-				ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+				ereport(ERROR, errcode(ERRCODE_IDEM_FINGERPRINT_MISMATCH),
 					errmsg("%s: key was used before with a different payload",
 					       args.fn),
-					// Not the stored fingerprint: a caller who may
-					// claim keys need not read idem_records, and a
-					// digest lets a guess of a payload be confirmed.
 					errdetail("The record of key \"%s\" in scope \"%s\" was made "
 						  "from a payload with another fingerprint.",
 						  text_to_cstring(args.ref.key),
 						  text_to_cstring(args.ref.scope)),
 					errhint("Use a new key for a different message, or configure "
 						"the scope with on_fingerprint_mismatch => 'status'."));
-			// Nothing of the other payload's outcome is shown to this one.
-			return Claim{"fingerprint_mismatch", r.attempts, 0, 0, NULL};
+			// Nothing of the other payload's outcome is shown to this
+			// one: only what tells the payloads apart, and when the key
+			// may be used again.
+			Claim c;
+			memset(&c, 0, sizeof c);
+			c.status = "fingerprint_mismatch";
+			c.attempt = r.attempts;
+			c.expires_at = r.expires_at;
+			c.fingerprint = r.fingerprint;
+			return c;
+		}
 		}
 	}
 	elog(ERROR, "pg_idem: could not settle the state of a key");
@@ -455,56 +547,107 @@ void count_claim(const text *scope, const Claim &c, idem::CacheAnswer cache)
 	idem::stats_add(scope, delta);
 }
 
-// idem_begin's row type, built from its OUT parameters and blessed once per
-// backend instead of on every call, and again for another function (DROP
-// and CREATE EXTENSION give idem_begin a new OID; its OUT parameters cannot
-// change otherwise).
-TupleDesc claim_desc(FunctionCallInfo fcinfo)
+text *transfer_text(text *t)
 {
-	static Oid desc_fn = InvalidOid;
-	static TupleDesc desc = NULL;
-	if (desc != NULL && desc_fn == fcinfo->flinfo->fn_oid)
-		return desc;
+	return t == NULL ? NULL
+			 : reinterpret_cast<text *>(DatumGetPointer(
+			       SPI_datumTransfer(PointerGetDatum(t), false, -1)));
+}
+
+// Moves an answer read inside SPI out of SPI's memory, then ends SPI (whose
+// SPI_finish frees that memory).
+Claim finish_spi(Claim c)
+{
+	if (c.result != 0)
+		c.result = PointerGetDatum(SPI_datumTransfer(c.result, false, -1));
+	c.last_error = transfer_text(c.last_error);
+	c.fingerprint = transfer_text(c.fingerprint);
+	SPI_finish();
+	return c;
+}
+
+// The columns of idem_claim.
+constexpr int claim_columns = 8;
+
+// idem_claim's row descriptor, built from the function's result type and
+// blessed once per backend instead of on every call, and again for another
+// function (DROP and CREATE EXTENSION give idem_begin a new OID; its OUT
+// parameters cannot change otherwise). idem_begin and idem_lookup each keep
+// their own.
+struct ClaimDesc {
+	Oid fn;
+	TupleDesc desc;
+};
+
+TupleDesc claim_desc(FunctionCallInfo fcinfo, ClaimDesc *cached)
+{
+	if (cached->desc != NULL && cached->fn == fcinfo->flinfo->fn_oid)
+		return cached->desc;
 	TupleDesc built;
-	if (get_call_result_type(fcinfo, NULL, &built) != TYPEFUNC_COMPOSITE || built->natts != 5)
-		elog(ERROR, "pg_idem: idem_begin must return a row of 5 columns");
+	if (get_call_result_type(fcinfo, NULL, &built) != TYPEFUNC_COMPOSITE ||
+	    built->natts != claim_columns)
+		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			errmsg("pg_idem: idem_claim must have %d columns", claim_columns),
+			errhint("Run ALTER EXTENSION pg_idem UPDATE."));
 	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 	built = BlessTupleDesc(CreateTupleDescCopy(built));
 	MemoryContextSwitchTo(old);
-	if (desc != NULL)
-		FreeTupleDesc(desc);
-	desc = built;
-	desc_fn = fcinfo->flinfo->fn_oid;
-	return desc;
+	if (cached->desc != NULL)
+		FreeTupleDesc(cached->desc);
+	cached->desc = built;
+	cached->fn = fcinfo->flinfo->fn_oid;
+	return built;
 }
 
-Datum claim_datum(FunctionCallInfo fcinfo, const Claim &c)
+Datum claim_datum(FunctionCallInfo fcinfo, ClaimDesc *cached, const Claim &c)
 {
-	TupleDesc desc = claim_desc(fcinfo);
-	Datum values[5] = {CStringGetTextDatum(c.status), Int32GetDatum(c.attempt), c.result,
-			   TimestampTzGetDatum(c.lease_expires_at), PointerGetDatum(c.last_error)};
-	bool nulls[5] = {false, c.attempt == 0, c.result == 0, c.lease_expires_at == 0,
-			 c.last_error == NULL};
+	TupleDesc desc = claim_desc(fcinfo, cached);
+	Datum values[claim_columns] = {CStringGetTextDatum(c.status),
+				       Int32GetDatum(c.attempt),
+				       c.result,
+				       TimestampTzGetDatum(c.lease_expires_at),
+				       PointerGetDatum(c.last_error),
+				       UUIDPGetDatum(c.token),
+				       TimestampTzGetDatum(c.expires_at),
+				       PointerGetDatum(c.fingerprint)};
+	bool nulls[claim_columns] = {false,
+				     c.attempt == 0,
+				     c.result == 0,
+				     c.lease_expires_at == 0,
+				     c.last_error == NULL,
+				     c.token == NULL,
+				     c.expires_at == 0,
+				     c.fingerprint == NULL};
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
-int attempt_arg(const char *fn, FunctionCallInfo fcinfo, int argno)
+ClaimDesc begin_desc = {InvalidOid, NULL};
+ClaimDesc lookup_desc = {InvalidOid, NULL};
+
+// The token of idem_complete, idem_fail and idem_release. A missing one is
+// refused as a wrong one is: it holds nothing.
+const pg_uuid_t *token_arg(const char *fn, FunctionCallInfo fcinfo, int argno,
+			   const idem::RecordRef &ref)
 {
 	if (PG_ARGISNULL(argno))
-		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: attempt must not be null", fn));
-	int attempt = PG_GETARG_INT32(argno);
-	if (attempt < 1)
-		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: attempt must be positive", fn),
-			errdetail("The attempt given was %d; idem_begin hands out 1, 2, ...",
-				  attempt));
-	return attempt;
+		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			errmsg("%s: no token given for key \"%s\" in scope \"%s\"", fn,
+			       text_to_cstring(ref.key), text_to_cstring(ref.scope)),
+			errhint("Pass the token of idem_begin's 'acquired' answer; only the "
+				"holder of a claim has one."));
+	return PG_GETARG_UUID_P(argno);
 }
 
-// The refusal of a completion or failure from a caller that does not hold
-// the key (never did, or lost it to a takeover or to reconciliation).
-void refuse_not_holder(const char *fn, const idem::RecordRef &ref, int attempt, const Record &r)
+bool holds(const Record &r, const pg_uuid_t *token)
+{
+	return r.exists && r.state == idem::RecordState::in_progress && r.has_token &&
+	       memcmp(r.token.data, token->data, UUID_LEN) == 0;
+}
+
+// The refusal of a completion, failure or release from a caller whose token
+// does not hold the key (it never did, or lost it to a takeover or to
+// reconciliation). It says nothing of the holder's token.
+void refuse_not_holder(const char *fn, const idem::RecordRef &ref, const Record &r)
 {
 	if (!r.exists)
 		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -512,12 +655,29 @@ void refuse_not_holder(const char *fn, const idem::RecordRef &ref, int attempt, 
 			       text_to_cstring(ref.key), text_to_cstring(ref.scope)),
 			errhint("Claim it with idem_begin first."));
 	ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-		errmsg("%s: attempt %d does not hold key \"%s\" in scope \"%s\"", fn, attempt,
+		errmsg("%s: the token given does not hold key \"%s\" in scope \"%s\"", fn,
 		       text_to_cstring(ref.key), text_to_cstring(ref.scope)),
 		errdetail("The record is %s, attempt %d.", state_name(r.state), r.attempts),
-		r.attempts > attempt
-		    ? errhint("Its lease was taken over; this attempt's outcome is not recorded.")
-		    : 0);
+		r.state == idem::RecordState::in_progress
+		    ? errhint("Another claim holds it (its lease was taken over, or it was "
+			      "never this caller's); this outcome is not recorded.")
+		    : errhint("Its claim has ended; this outcome is not recorded."));
+}
+
+// Ends the claim `values` name with `st`, an UPDATE whose WHERE matches
+// only the record in progress that the caller's token holds (key_id = $1
+// AND status = 'in_progress' AND claim_token = $2), or refuses, changing
+// nothing. Inside SPI.
+void end_held_claim(const char *fn, const idem::RecordRef &ref, idem::Statement *st,
+		    Datum *values, const char *nulls)
+{
+	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
+	uint64 ended = run(st, values, nulls, SPI_OK_UPDATE);
+	idem::cache_own_change_end(own);
+	if (ended == 0)
+		refuse_not_holder(fn, ref, read_record(ref, false));
+	idem::cache_invalidate(ref.id);
+	idem::claim_wake_at_commit(ref.id);
 }
 
 const idem::RecordRef begin_ref(const char *fn, FunctionCallInfo fcinfo)
@@ -529,10 +689,46 @@ const idem::RecordRef begin_ref(const char *fn, FunctionCallInfo fcinfo)
 	return ref;
 }
 
+void check_fingerprint(const char *fn, text *fingerprint)
+{
+	size_t len = VARSIZE_ANY_EXHDR(fingerprint);
+	switch (idem::check_fingerprint(len)) {
+	case idem::FingerprintCheck::ok:
+		break;
+	case idem::FingerprintCheck::empty:
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("%s: fingerprint must not be empty", fn),
+			errhint("Pass NULL for a payload without a fingerprint, or "
+				"idem_fingerprint(payload)."));
+		break;
+	case idem::FingerprintCheck::too_long:
+		ereport(ERROR, errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
+			errmsg("%s: fingerprint is too long", fn),
+			errdetail("The fingerprint has %zu bytes; the limit is %zu.", len,
+				  idem::max_fingerprint_bytes),
+			errhint("Pass a digest of the payload, such as idem_fingerprint(payload)."));
+		break;
+	}
+}
+
+// A database whose SQL is older than the library's claim protocol: the
+// library no longer completes claims by attempt number, and says so
+// instead of guessing at the old arguments.
+void refuse_old_sql(const char *fn)
+{
+	ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+		errmsg("%s: this database has the SQL of pg_idem 0.2 or older, and the library "
+		       "is 0.3",
+		       fn),
+		errdetail("Since 0.3, claims are held by a token instead of an attempt number."),
+		errhint("Run ALTER EXTENSION pg_idem UPDATE, and pass idem_begin's token to "
+			"idem_complete and idem_fail."));
+}
+
 } // namespace
 
-// idem_begin(scope, key, lease, fingerprint, wait, takeover_on_disconnect)
-IDEM_SQL_FUNCTION(idem_begin)
+// idem_begin(scope, key, lease, fingerprint, wait, takeover_on_disconnect, ttl)
+IDEM_SQL_FUNCTION(idem_begin_0_3)
 {
 	BeginArgs args;
 	args.fn = "idem_begin";
@@ -541,13 +737,8 @@ IDEM_SQL_FUNCTION(idem_begin)
 	if (args.lease != NULL)
 		idem::check_positive_interval(args.fn, "lease", args.lease);
 	args.fingerprint = PG_ARGISNULL(3) ? NULL : PG_GETARG_TEXT_PP(3);
-	if (args.fingerprint != NULL &&
-	    !idem::valid_fingerprint(VARDATA_ANY(args.fingerprint),
-				     VARSIZE_ANY_EXHDR(args.fingerprint)))
-		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: fingerprint must be 64 lowercase hexadecimal digits", args.fn),
-			errdetail("A fingerprint is a SHA-256 of the payload, hex-encoded."),
-			errhint("Hash the canonical form of the payload with SHA-256."));
+	if (args.fingerprint != NULL)
+		check_fingerprint(args.fn, args.fingerprint);
 	args.wait_ms = 0;
 	if (!PG_ARGISNULL(4)) {
 		double wait_us = idem::interval_microseconds(PG_GETARG_INTERVAL_P(4));
@@ -558,6 +749,9 @@ IDEM_SQL_FUNCTION(idem_begin)
 		// century, so that the deadline cannot overflow.
 		args.wait_ms = long(std::min(wait_us, idem::max_interval_microseconds) / 1000);
 	}
+	args.ttl = PG_ARGISNULL(6) ? NULL : PG_GETARG_INTERVAL_P(6);
+	if (args.ttl != NULL)
+		idem::check_positive_interval(args.fn, "ttl", args.ttl);
 	args.settings = idem::scope_settings(args.ref.scope);
 	args.policy.max_attempts = args.settings.max_attempts;
 	args.policy.takeover_on_disconnect =
@@ -572,26 +766,34 @@ IDEM_SQL_FUNCTION(idem_begin)
 	if (idem::cache_usable()) {
 		idem::CachedCompletion done;
 		if (idem::cache_lookup_completed(objects, args.ref, now, args.fingerprint, &done)) {
-			Claim c = {"completed", done.attempts, done.result, 0, NULL};
+			Claim c;
+			memset(&c, 0, sizeof c);
+			c.status = "completed";
+			c.attempt = done.attempts;
+			c.result = done.result;
+			c.expires_at = done.expires_at;
 			count_claim(args.ref.scope, c, idem::CacheAnswer::hit);
-			return claim_datum(fcinfo, c);
+			return claim_datum(fcinfo, &begin_desc, c);
 		}
 		cache = idem::CacheAnswer::miss;
 	}
+	pg_uuid_t *token = new_claim_token();
+	Claim first = acquired(args, 1, NULL, token, now);
 	idem::NewRecord claim = {objects.status_in_progress,
 				 now,
-				 idem::record_expiry(args.fn, now, NULL, args.settings),
-				 lease_end(args, now),
+				 first.expires_at,
+				 first.lease_expires_at,
 				 MyProcPid,
 				 MyStartTimestamp,
-				 args.fingerprint};
+				 args.fingerprint,
+				 token,
+				 args.ttl};
 	// The common case, a key seen for the first time, is one insertion
 	// below SQL (with ON CONFLICT DO NOTHING's semantics); anything else is
 	// decided under the record's row lock.
 	if (idem::records_insert(args.ref, claim)) {
-		Claim c = {"acquired", 1, 0, claim.lease_expires_at, NULL};
-		count_claim(args.ref.scope, c, cache);
-		return claim_datum(fcinfo, c);
+		count_claim(args.ref.scope, first, cache);
+		return claim_datum(fcinfo, &begin_desc, first);
 	}
 
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -600,63 +802,51 @@ IDEM_SQL_FUNCTION(idem_begin)
 	// ever see the same state, so it is skipped there.
 	if (args.wait_ms > 0 && !IsolationUsesXactSnapshot())
 		wait_for_holder(args);
-	Claim c = decide_and_write(args);
-	// The answer is built after SPI_finish, which frees SPI's memory.
-	if (c.result != 0)
-		c.result = PointerGetDatum(SPI_datumTransfer(c.result, false, -1));
-	if (c.last_error != NULL)
-		c.last_error = reinterpret_cast<text *>(
-		    DatumGetPointer(SPI_datumTransfer(PointerGetDatum(c.last_error), false, -1)));
-	SPI_finish();
+	Claim c = finish_spi(decide_and_write(args));
 	count_claim(args.ref.scope, c, cache);
-	return claim_datum(fcinfo, c);
+	return claim_datum(fcinfo, &begin_desc, c);
 }
 
-// idem_complete(scope, key, attempt, result)
-IDEM_SQL_FUNCTION(idem_complete)
+// idem_complete(scope, key, token, result)
+IDEM_SQL_FUNCTION(idem_complete_0_3)
 {
 	static const char fn[] = "idem_complete";
 	idem::RecordRef ref = begin_ref(fn, fcinfo);
-	int attempt = attempt_arg(fn, fcinfo, 2);
-	idem::ScopeSettings settings = idem::scope_settings(ref.scope);
+	const pg_uuid_t *token = token_arg(fn, fcinfo, 2, ref);
+	Interval scope_ttl = idem::scope_ttl(idem::scope_settings(ref.scope));
 	TimestampTz now = GetCurrentTimestamp();
 
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
-	Oid types[] = {BYTEAOID, INT4OID, JSONBOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Oid types[] = {BYTEAOID, UUIDOID, JSONBOID, TIMESTAMPTZOID, INTERVALOID};
 	idem::Statement *st = prepare(
 	    "claim:complete",
-	    "UPDATE %s SET status = 'completed', result = $3, recorded_at = $4, expires_at = $5, "
+	    "UPDATE %s SET status = 'completed', result = $3, recorded_at = $4, "
+	    "expires_at = $4 OPERATOR(pg_catalog.+) COALESCE(ttl, $5), "
 	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
-	    "last_error = NULL "
+	    "claim_token = NULL, last_error = NULL "
 	    "WHERE key_id OPERATOR(pg_catalog.=) $1 "
 	    "AND status OPERATOR(pg_catalog.=) 'in_progress' "
-	    "AND attempts OPERATOR(pg_catalog.=) $2",
+	    "AND claim_token OPERATOR(pg_catalog.=) $2",
 	    5, types);
-	Datum values[] = {PointerGetDatum(ref.id), Int32GetDatum(attempt),
+	Datum values[] = {PointerGetDatum(ref.id), UUIDPGetDatum(token),
 			  PG_ARGISNULL(3) ? 0 : PG_GETARG_DATUM(3), TimestampTzGetDatum(now),
-			  TimestampTzGetDatum(idem::record_expiry(fn, now, NULL, settings))};
+			  IntervalPGetDatum(&scope_ttl)};
 	char nulls[] = "     ";
 	if (PG_ARGISNULL(3))
 		nulls[2] = 'n';
-	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
-	uint64 completed = run(st, values, nulls, SPI_OK_UPDATE);
-	idem::cache_own_change_end(own);
-	if (completed == 0)
-		refuse_not_holder(fn, ref, attempt, read_record(ref, false));
-	idem::cache_invalidate(ref.id);
-	idem::claim_wake_at_commit(ref.id);
+	end_held_claim(fn, ref, st, values, nulls);
 	SPI_finish();
 	idem::stats_count(ref.scope, idem::stat_completions);
 	PG_RETURN_VOID();
 }
 
-// idem_fail(scope, key, attempt, error, retryable) RETURNS idem_status
-IDEM_SQL_FUNCTION(idem_fail)
+// idem_fail(scope, key, token, error, retryable) RETURNS idem_status
+IDEM_SQL_FUNCTION(idem_fail_0_3)
 {
 	static const char fn[] = "idem_fail";
 	idem::RecordRef ref = begin_ref(fn, fcinfo);
-	int attempt = attempt_arg(fn, fcinfo, 2);
+	const pg_uuid_t *token = token_arg(fn, fcinfo, 2, ref);
 	if (PG_ARGISNULL(3))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 			errmsg("%s: error must not be null", fn),
@@ -671,8 +861,8 @@ IDEM_SQL_FUNCTION(idem_fail)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	Record r = read_record(ref, true);
-	if (!r.exists || r.state != idem::RecordState::in_progress || r.attempts != attempt)
-		refuse_not_holder(fn, ref, attempt, r);
+	if (!holds(r, token))
+		refuse_not_holder(fn, ref, r);
 	idem::RecordState outcome =
 	    idem::decide_failure(r.attempts, r.attempt_base, settings.max_attempts, retryable);
 
@@ -681,12 +871,13 @@ IDEM_SQL_FUNCTION(idem_fail)
 	idem::Statement *st = prepare(
 	    "claim:fail",
 	    "UPDATE %s SET status = $2, last_error = $3, recorded_at = $4, expires_at = $5, "
-	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL "
+	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
+	    "claim_token = NULL "
 	    "WHERE key_id OPERATOR(pg_catalog.=) $1",
 	    5, types);
 	Datum values[] = {PointerGetDatum(ref.id), ObjectIdGetDatum(status_oid(outcome)),
 			  PG_GETARG_DATUM(3), TimestampTzGetDatum(now),
-			  TimestampTzGetDatum(idem::record_expiry(fn, now, NULL, settings))};
+			  TimestampTzGetDatum(idem::record_expiry(fn, now, r.ttl, settings))};
 	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
 	run(st, values, NULL, SPI_OK_UPDATE);
 	idem::cache_own_change_end(own);
@@ -699,4 +890,83 @@ IDEM_SQL_FUNCTION(idem_fail)
 	delta.n[idem::stat_dead_letters] = outcome == idem::RecordState::dead ? 1 : 0;
 	idem::stats_add(ref.scope, delta);
 	PG_RETURN_OID(status_oid(outcome));
+}
+
+// idem_release(scope, key, token): the holder gives the claim back. The
+// record becomes failed without an error of its own (it keeps the last
+// one), the released attempt stops counting against max_attempts
+// (attempt_base + 1: attempt numbers still only grow), and it lives a full
+// TTL from now, so the next claim takes it at once, with attempt + 1, and
+// binds its own fingerprint.
+IDEM_SQL_FUNCTION(idem_release)
+{
+	static const char fn[] = "idem_release";
+	idem::RecordRef ref = begin_ref(fn, fcinfo);
+	const pg_uuid_t *token = token_arg(fn, fcinfo, 2, ref);
+	Interval scope_ttl = idem::scope_ttl(idem::scope_settings(ref.scope));
+	TimestampTz now = GetCurrentTimestamp();
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pg_idem: SPI_connect failed");
+	Oid types[] = {BYTEAOID, UUIDOID, TIMESTAMPTZOID, INTERVALOID};
+	idem::Statement *st = prepare(
+	    "claim:release",
+	    "UPDATE %s SET status = 'failed', "
+	    "attempt_base = attempt_base OPERATOR(pg_catalog.+) 1, recorded_at = $3, "
+	    "expires_at = $3 OPERATOR(pg_catalog.+) COALESCE(ttl, $4), "
+	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
+	    "claim_token = NULL "
+	    "WHERE key_id OPERATOR(pg_catalog.=) $1 "
+	    "AND status OPERATOR(pg_catalog.=) 'in_progress' "
+	    "AND claim_token OPERATOR(pg_catalog.=) $2",
+	    4, types);
+	Datum values[] = {PointerGetDatum(ref.id), UUIDPGetDatum(token), TimestampTzGetDatum(now),
+			  IntervalPGetDatum(&scope_ttl)};
+	end_held_claim(fn, ref, st, values, NULL);
+	SPI_finish();
+	PG_RETURN_VOID();
+}
+
+// idem_lookup(scope, key) RETURNS idem_claim: the record as idem_begin would
+// find it, read without a lock in the caller's snapshot. It writes nothing,
+// never waits, is not counted in idem_stats, and never shows a token.
+IDEM_SQL_FUNCTION(idem_lookup)
+{
+	static const char fn[] = "idem_lookup";
+	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
+					       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
+	TimestampTz now = GetCurrentTimestamp();
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pg_idem: SPI_connect failed");
+	Record r = read_record(ref, false, true);
+	Claim c;
+	memset(&c, 0, sizeof c);
+	// An expired record is one idem_begin would claim afresh.
+	if (!r.exists ||
+	    (r.state != idem::RecordState::in_progress && r.expires_at <= now)) {
+		c.status = "absent";
+	} else {
+		c = report(state_name(r.state), r);
+		c.fingerprint = r.fingerprint;
+	}
+	return claim_datum(fcinfo, &lookup_desc, finish_spi(c));
+}
+
+// The symbols of pg_idem 0.2's SQL (and 0.1's): refused, see refuse_old_sql.
+IDEM_SQL_FUNCTION(idem_begin)
+{
+	refuse_old_sql("idem_begin");
+	PG_RETURN_NULL();
+}
+
+IDEM_SQL_FUNCTION(idem_complete)
+{
+	refuse_old_sql("idem_complete");
+	PG_RETURN_NULL();
+}
+
+IDEM_SQL_FUNCTION(idem_fail)
+{
+	refuse_old_sql("idem_fail");
+	PG_RETURN_NULL();
 }

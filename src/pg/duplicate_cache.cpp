@@ -39,8 +39,9 @@
 // A record is replayable (idem_begin may answer from its entry) when it is
 // completed, has neither a lease nor a last error (idem_begin returns both
 // columns; idem_complete clears them, but a reconciled record keeps its last
-// error), its fingerprint is none or a valid one (kept as its 32 bytes: on
-// valid fingerprints that is the table's text comparison), and its result
+// error), its fingerprint is none or any text (kept as the SHA-256 of its
+// bytes, fingerprint_digest: equal digests are the table's text equality,
+// barring a SHA-256 collision), and its result
 // is NULL or, detoasted, at most pg_idem.cache_result_size bytes (kept as
 // those bytes, so the answer is the same jsonb the table would give).
 //
@@ -215,8 +216,8 @@ struct EntryReplay {
 	Oid status;
 	int32 attempts;
 	uint32 result_len;    // bytes of the kept result after it; 0: NULL
-	bool has_fingerprint; // then `fingerprint` holds its bytes
-	uint8 fingerprint[fingerprint_bytes_length];
+	bool has_fingerprint; // then `fingerprint` holds its digest
+	uint8 fingerprint[fingerprint_digest_length];
 	// Followed by the room for a result: replay_size in all.
 };
 
@@ -601,7 +602,7 @@ bool lookup(const ExtensionObjects &loc, const RecordRef &ref, uint64 hash, Time
 struct Replay {
 	bool replayable;
 	bool has_fingerprint;
-	uint8 fingerprint[fingerprint_bytes_length];
+	uint8 fingerprint[fingerprint_digest_length];
 	const struct varlena *result; // detoasted; NULL when the result is NULL
 };
 
@@ -615,12 +616,8 @@ Replay replay_of(const CacheableRecord &record)
 		return r;
 	if (record.fingerprint != NULL) {
 		r.has_fingerprint = true;
-		// A stored fingerprint that is not a valid one (plain SQL wrote
-		// it) differs, as text, from every call's; 32 bytes cannot say
-		// that, so the entry only serves idem_try_insert.
-		if (!fingerprint_bytes(VARDATA_ANY(record.fingerprint),
-				       VARSIZE_ANY_EXHDR(record.fingerprint), r.fingerprint))
-			r.replayable = false;
+		fingerprint_digest(VARDATA_ANY(record.fingerprint),
+				   VARSIZE_ANY_EXHDR(record.fingerprint), r.fingerprint);
 	}
 	if (record.result != 0) {
 		if (toast_raw_datum_size(record.result) > shared->result_size)
@@ -703,12 +700,10 @@ bool cache_lookup_completed(const ExtensionObjects &loc, const RecordRef &ref, T
 	uint64 hash;
 	if (!may_answer(ref, &hash))
 		return false;
-	uint8 call_fingerprint[fingerprint_bytes_length];
-	// idem_begin has validated it; an invalid one would only mean a miss.
-	if (fingerprint != NULL && !fingerprint_bytes(VARDATA_ANY(fingerprint),
-						      VARSIZE_ANY_EXHDR(fingerprint),
-						      call_fingerprint))
-		return false;
+	uint8 call_fingerprint[fingerprint_digest_length];
+	if (fingerprint != NULL)
+		fingerprint_digest(VARDATA_ANY(fingerprint), VARSIZE_ANY_EXHDR(fingerprint),
+				   call_fingerprint);
 	// Room for a result, taken before the lock (palloc may raise errors).
 	char *result = shared->result_size > 0 ? static_cast<char *>(palloc(shared->result_size))
 					       : NULL;
@@ -724,6 +719,7 @@ bool cache_lookup_completed(const ExtensionObjects &loc, const RecordRef &ref, T
 		    memcmp(r->fingerprint, call_fingerprint, sizeof call_fingerprint) != 0)
 			return false;
 		out->attempts = r->attempts;
+		out->expires_at = e->expires_at;
 		result_len = r->result_len;
 		// Bounded: a torn length must not overrun `result`.
 		if (result_len > shared->result_size)

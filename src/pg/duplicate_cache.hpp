@@ -44,13 +44,14 @@ bool cache_lookup(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz
 // What idem_begin answers for a completed record.
 struct CachedCompletion {
 	int attempts;
+	TimestampTz expires_at;
 	Datum result; // a palloc'd jsonb, or 0 when the record's result is NULL
 };
 
 // Whether the cache can give idem_begin's answer for ref's key at `now`
 // (the wall clock): a completed record of the current idem_records, live
 // at `now`, whose result was kept, and whose fingerprint, if both it and
-// `fingerprint` (a valid one, or NULL) have one, is the same. Fills `out`
+// `fingerprint` (or NULL) have one, is the same. Fills `out`
 // on true.
 bool cache_lookup_completed(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now,
 			    const text *fingerprint, CachedCompletion *out);

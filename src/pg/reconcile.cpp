@@ -195,11 +195,13 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 		candidates[i].attempt_base = DatumGetInt32(SPI_getbinval(row, desc, 5, &isnull));
 	}
 
-	Oid update_types[] = {BYTEAOID, INT4OID, objects.status_type, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	Oid update_types[] = {BYTEAOID, INT4OID, objects.status_type, TIMESTAMPTZOID, INTERVALOID};
 	idem::Statement *update = idem::statement_for(
 	    "reconcile:update", objects.records, objects.records_name,
-	    "UPDATE %s SET status = $3, recorded_at = $4, expires_at = $5, "
+	    "UPDATE %s SET status = $3, recorded_at = $4, "
+	    "expires_at = $4 OPERATOR(pg_catalog.+) COALESCE(ttl, $5), "
 	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
+	    "claim_token = NULL, "
 	    "last_error = CASE WHEN $3 OPERATOR(pg_catalog.=) 'completed' "
 	    "THEN last_error ELSE 'reconciled: the effect did not happen' END "
 	    "WHERE key_id OPERATOR(pg_catalog.=) $1 "
@@ -261,10 +263,11 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 					outcome = dead ? "dead" : "failed";
 				}
 				TimestampTz now = GetCurrentTimestamp();
+				// The claim's own ttl, else the scope's.
+				Interval scope_ttl = idem::scope_ttl(settings);
 				Datum values[] = {PointerGetDatum(c.id), Int32GetDatum(c.attempts),
 						  ObjectIdGetDatum(status), TimestampTzGetDatum(now),
-						  TimestampTzGetDatum(
-						      idem::record_expiry(fn, now, NULL, settings))};
+						  IntervalPGetDatum(&scope_ttl)};
 				idem::OwnChange own = idem::cache_own_change_begin(c.id);
 				if (SPI_execute_plan(update->plan, values, NULL, false, 0) !=
 				    SPI_OK_UPDATE)

@@ -82,6 +82,9 @@ enum RecordColumn : AttrNumber {
 	col_fingerprint = 12,
 	col_result = 13,
 	col_last_error = 14,
+	// Added by pg_idem 0.3 (src/pg_idem--0.2--0.3.sql).
+	col_claim_token = 15,
+	col_ttl = 16,
 };
 
 bool same_text(Datum stored, const text *given)
@@ -199,6 +202,20 @@ bool insert_speculatively(const ExtensionObjects &loc, Relation rel, const Recor
 	}
 	if (record.fingerprint != NULL)
 		set(col_fingerprint, PointerGetDatum(record.fingerprint));
+	if (record.claim_token != NULL || record.ttl != NULL) {
+		TupleDesc desc = RelationGetDescr(rel);
+		if (natts < col_ttl || TupleDescAttr(desc, col_claim_token - 1)->atttypid != UUIDOID ||
+		    TupleDescAttr(desc, col_claim_token - 1)->attisdropped ||
+		    TupleDescAttr(desc, col_ttl - 1)->atttypid != INTERVALOID ||
+		    TupleDescAttr(desc, col_ttl - 1)->attisdropped)
+			ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+				errmsg("%s lacks the claim columns of pg_idem 0.3", loc.records_name),
+				errhint("Run ALTER EXTENSION pg_idem UPDATE."));
+		if (record.claim_token != NULL)
+			set(col_claim_token, UUIDPGetDatum(record.claim_token));
+		if (record.ttl != NULL)
+			set(col_ttl, IntervalPGetDatum(record.ttl));
+	}
 	ExecStoreVirtualTuple(slot);
 
 	TransactionId xid = GetCurrentTransactionId();
@@ -428,7 +445,7 @@ bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expir
 		generation = cache_generation(ref.id);
 		cache_from = &generation;
 	}
-	NewRecord record = {loc.status_completed, now, expires_at, 0, 0, 0, NULL};
+	NewRecord record = {loc.status_completed, now, expires_at, 0, 0, 0, NULL, NULL, NULL};
 	for (int round = 0; round < max_rounds; round++) {
 		switch (insert_record(loc, ref, record, cache_from)) {
 		case Found::inserted:

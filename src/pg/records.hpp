@@ -5,6 +5,7 @@
 extern "C" {
 #include "access/tupdesc.h"
 #include "datatype/timestamp.h"
+#include "utils/uuid.h"
 }
 
 namespace idem {
@@ -32,6 +33,9 @@ struct NewRecord {
 	int holder_pid;		      // 0: none
 	TimestampTz holder_started_at;
 	text *fingerprint; // NULL: none
+	// Columns of pg_idem 0.3's claims; both NULL for other records.
+	const pg_uuid_t *claim_token; // NULL: none
+	const Interval *ttl;	      // NULL: the scope's
 };
 
 // Inserts the record unless the key already has one, with the semantics of

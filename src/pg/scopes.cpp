@@ -205,6 +205,17 @@ TimestampTz record_expiry(const char *fn, TimestampTz now, Interval *call_ttl,
 						       IntervalPGetDatum(ttl)));
 }
 
+Interval scope_ttl(const ScopeSettings &settings)
+{
+	if (settings.has_ttl)
+		return settings.ttl;
+	Interval ttl;
+	ttl.month = 0;
+	ttl.day = 0;
+	ttl.time = int64(default_ttl_seconds) * USECS_PER_SEC;
+	return ttl;
+}
+
 void scopes_register_callbacks() { CacheRegisterRelcacheCallback(mark_stale, 0); }
 
 bool reconcile_function_fits(Oid func)

@@ -29,6 +29,11 @@ ScopeSettings scope_settings(text *scope);
 TimestampTz record_expiry(const char *fn, TimestampTz now, Interval *call_ttl,
 			  const ScopeSettings &settings);
 
+// The scope's record TTL, else the default, as an interval: what a record
+// that asked for none of its own lives (records keep a claim's own ttl, and
+// their statements add COALESCE(ttl, this) to the time of the change).
+Interval scope_ttl(const ScopeSettings &settings);
+
 // The longest ttl, lease or wait, in years.
 constexpr int max_interval_years = 100;
 

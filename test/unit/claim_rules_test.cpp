@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <string>
 
@@ -67,8 +69,9 @@ TEST(ClaimRules, FailedIsRetriedUntilAttemptsRunOut)
 
 TEST(ClaimRules, FingerprintMismatchWinsOverState)
 {
-	for (RecordState s : {RecordState::in_progress, RecordState::completed,
-			      RecordState::failed, RecordState::dead}) {
+	// (A failed record binds no fingerprint: FailedRecordBindsNoFingerprint.)
+	for (RecordState s :
+	     {RecordState::in_progress, RecordState::completed, RecordState::dead}) {
 		ClaimView r = record(s);
 		r.fingerprint_differs = true;
 		EXPECT_EQ(decide_claim(r, three), ClaimAction::report_mismatch);
@@ -91,38 +94,45 @@ TEST(ClaimRules, Failure)
 
 TEST(ClaimRules, FingerprintForm)
 {
-	std::string ok(64, 'a');
-	EXPECT_TRUE(idem::valid_fingerprint(ok.data(), ok.size()));
-	EXPECT_TRUE(idem::valid_fingerprint(
-	    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", 64));
-	EXPECT_FALSE(idem::valid_fingerprint(ok.data(), 63));
-	std::string upper(64, 'A');
-	EXPECT_FALSE(idem::valid_fingerprint(upper.data(), upper.size()));
-	std::string g = ok;
-	g[10] = 'g';
-	EXPECT_FALSE(idem::valid_fingerprint(g.data(), g.size()));
+	// Opaque text: anything non-empty up to the limit, such as a client
+	// library's base64 MD5, not only idem_fingerprint's SHA-256.
+	EXPECT_EQ(idem::check_fingerprint(1), idem::FingerprintCheck::ok);
+	EXPECT_EQ(idem::check_fingerprint(24), idem::FingerprintCheck::ok);
+	EXPECT_EQ(idem::check_fingerprint(idem::max_fingerprint_bytes), idem::FingerprintCheck::ok);
+	EXPECT_EQ(idem::check_fingerprint(0), idem::FingerprintCheck::empty);
+	EXPECT_EQ(idem::check_fingerprint(idem::max_fingerprint_bytes + 1),
+		  idem::FingerprintCheck::too_long);
 }
 
-TEST(ClaimRules, FingerprintBytes)
+TEST(ClaimRules, FingerprintDigest)
 {
-	uint8_t out[idem::fingerprint_bytes_length];
-	ASSERT_TRUE(idem::fingerprint_bytes(
-	    "00ff10a9b8c7d6e5f40123456789abcdef0123456789abcdef0123456789abcd", 64, out));
-	EXPECT_EQ(out[0], 0x00);
-	EXPECT_EQ(out[1], 0xff);
-	EXPECT_EQ(out[2], 0x10);
-	EXPECT_EQ(out[3], 0xa9);
-	EXPECT_EQ(out[7], 0xe5);
-	EXPECT_EQ(out[31], 0xcd);
-	// Invalid text is refused and leaves the buffer alone: an upper-case
-	// digit would otherwise decode like its lower-case twin, which the table
-	// path's text comparison tells apart.
-	std::fill(out, out + sizeof out, uint8_t(0x5a));
-	std::string upper(64, 'A');
-	EXPECT_FALSE(idem::fingerprint_bytes(upper.data(), upper.size(), out));
-	EXPECT_EQ(out[0], 0x5a);
-	std::string short_one(62, 'a');
-	EXPECT_FALSE(idem::fingerprint_bytes(short_one.data(), short_one.size(), out));
+	uint8_t abc[idem::fingerprint_digest_length];
+	idem::fingerprint_digest("abc", 3, abc);
+	// FIPS 180-4's example: SHA-256("abc") = ba7816bf...
+	EXPECT_EQ(abc[0], 0xba);
+	EXPECT_EQ(abc[1], 0x78);
+	EXPECT_EQ(abc[31], 0xad);
+	// Text that differs only in case, or in length, has another digest, as
+	// the table path's text comparison tells them apart.
+	uint8_t upper[idem::fingerprint_digest_length];
+	idem::fingerprint_digest("ABC", 3, upper);
+	EXPECT_NE(std::memcmp(abc, upper, sizeof abc), 0);
+	uint8_t prefix[idem::fingerprint_digest_length];
+	idem::fingerprint_digest("abc", 2, prefix);
+	EXPECT_NE(std::memcmp(abc, prefix, sizeof abc), 0);
+}
+
+TEST(ClaimRules, FailedRecordBindsNoFingerprint)
+{
+	ClaimPolicy three{3, false};
+	ClaimView failed{RecordState::failed, 1, 0, false, false, false, true};
+	EXPECT_EQ(decide_claim(failed, three), ClaimAction::claim_next);
+	ClaimView completed{RecordState::completed, 1, 0, false, false, false, true};
+	EXPECT_EQ(decide_claim(completed, three), ClaimAction::report_mismatch);
+	ClaimView in_progress{RecordState::in_progress, 1, 0, false, true, false, true};
+	EXPECT_EQ(decide_claim(in_progress, three), ClaimAction::report_mismatch);
+	ClaimView dead{RecordState::dead, 3, 0, false, false, false, true};
+	EXPECT_EQ(decide_claim(dead, three), ClaimAction::report_mismatch);
 }
 
 } // namespace

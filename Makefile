@@ -46,7 +46,7 @@ DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 
 REGRESS = records_table privileges try_insert try_insert_row versioned_update claim configure reconcile purge message_keys stream_positions stats duplicate_cache upgrade
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
-ISOLATION = try_insert_race try_insert_row_race versioned_update_race claim_begin_race claim_wait claim_lease claim_fingerprint claim_max_attempts claim_reconcile claim_disconnect configure_refresh purge_race stream_advance_race duplicate_cache_race duplicate_cache_begin_race duplicate_cache_truncate duplicate_cache_fill_race
+ISOLATION = try_insert_race try_insert_row_race versioned_update_race claim_begin_race claim_token claim_wait claim_lease claim_fingerprint claim_max_attempts claim_reconcile claim_disconnect configure_refresh purge_race stream_advance_race duplicate_cache_race duplicate_cache_begin_race duplicate_cache_truncate duplicate_cache_fill_race
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=$(EXTENSION)
 
 PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config

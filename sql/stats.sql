@@ -40,6 +40,12 @@ SELECT idem_fail('stats-b', 'p3', regress_token('stats-b', 'p3'), 'card declined
 -- A call that raises an error counts nothing.
 SELECT idem_complete('stats-b', 'p1', regress_token('stats-b', 'p1'));
 \echo :LAST_ERROR_SQLSTATE
+-- idem_lookup counts nothing: it is no claim. A release counts nothing
+-- either (its claim was counted when it was acquired).
+SELECT status FROM idem_lookup('stats-b', 'p1');
+SELECT status FROM idem_lookup('stats-b', 'never');
+SELECT status FROM idem_begin('stats-b', 'p4');
+SELECT idem_release('stats-b', 'p4', regress_token('stats-b', 'p4'));
 
 -- Attempts used up by expired leases: idem_begin marks the record dead.
 SELECT scope FROM idem_configure('stats-e', max_attempts => 1);

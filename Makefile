@@ -18,6 +18,7 @@ OBJS = $(CORE_OBJS) \
 	src/pg/records.o \
 	src/pg/try_insert.o \
 	src/pg/scopes.o \
+	src/pg/scope_grants.o \
 	src/pg/claim.o \
 	src/pg/claim_wait.o \
 	src/pg/reconcile.o \
@@ -44,9 +45,9 @@ UPGRADES = src/$(EXTENSION)--0.1--0.2.sql src/$(EXTENSION)--0.2--0.3.sql
 DATA = src/$(EXTENSION)--0.1.sql $(UPGRADES)
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 
-REGRESS = records_table privileges try_insert try_insert_row versioned_update claim configure reconcile purge message_keys stream_positions stats duplicate_cache upgrade
+REGRESS = records_table privileges scope_grants try_insert try_insert_row versioned_update claim configure reconcile purge message_keys stream_positions stats duplicate_cache upgrade
 REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
-ISOLATION = try_insert_race try_insert_row_race versioned_update_race claim_begin_race claim_token claim_wait claim_lease claim_fingerprint claim_max_attempts claim_reconcile claim_disconnect configure_refresh purge_race stream_advance_race duplicate_cache_race duplicate_cache_begin_race duplicate_cache_truncate duplicate_cache_fill_race
+ISOLATION = try_insert_race try_insert_row_race versioned_update_race claim_begin_race claim_token claim_wait claim_lease claim_fingerprint claim_max_attempts claim_reconcile claim_disconnect configure_refresh scope_revoke purge_race stream_advance_race duplicate_cache_race duplicate_cache_begin_race duplicate_cache_truncate duplicate_cache_fill_race
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=$(EXTENSION)
 
 PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config

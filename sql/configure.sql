@@ -65,6 +65,7 @@ GRANT EXECUTE ON FUNCTION idem_configure(text, interval, interval, integer, text
     TO regress_idem_admin;
 REVOKE EXECUTE ON FUNCTION right_one(text, text) FROM PUBLIC;
 CREATE ROLE regress_idem_nobody;
+SELECT idem_grant('y', 'regress_idem_admin') AS scope_granted;
 SET ROLE regress_idem_nobody;
 SELECT idem_configure('y');
 \echo :LAST_ERROR_SQLSTATE
@@ -72,6 +73,9 @@ SET ROLE regress_idem_admin;
 SELECT idem_configure('y', reconcile_function => 'right_one(text,text)');
 \echo :LAST_ERROR_SQLSTATE
 SELECT scope, configured_by FROM idem_configure('y', max_attempts => 2);
+-- Nor a scope it was not granted.
+SELECT idem_configure('x', max_attempts => 2);
+\echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 SELECT scope, configured_by FROM idem_scopes ORDER BY scope;
 
@@ -79,6 +83,7 @@ REVOKE ALL ON FUNCTION idem_configure(text, interval, interval, integer, text, r
     FROM regress_idem_admin;
 DELETE FROM idem_scopes;
 DELETE FROM idem_records;
+DELETE FROM idem_scope_grants;
 DROP ROLE regress_idem_admin, regress_idem_nobody;
 DROP FUNCTION wrong_args(text), wrong_result(text, text), many(text, text), right_one(text, text);
 DROP PROCEDURE proc(text, text);

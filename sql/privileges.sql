@@ -1,14 +1,14 @@
 -- The functions that read and write pg_idem's tables run as the tables'
--- owner (SECURITY DEFINER). A role with EXECUTE and no privilege on the
--- tables uses every one of them, and is itself again after each call, after
--- an error that an exception block catches, and after an aborted
--- transaction.
+-- owner: SECURITY INVOKER, switching to the owner once they know their
+-- caller (src/pg/as_owner.hpp). A role with EXECUTE, a grant of its scopes
+-- and no privilege on the tables uses every one of them, and is itself
+-- again after each call, after an error that an exception block catches,
+-- and after an aborted transaction.
 
--- Which of the extension's functions are SECURITY DEFINER, and which PUBLIC
--- may execute. idem_configure is not SECURITY DEFINER: it records its
--- caller, and writes as the owner itself (src/pg/scopes.cpp). Only the
--- functions that touch no pg_idem table, or only the caller's own tables,
--- are open to PUBLIC.
+-- Which of the extension's functions are SECURITY DEFINER (none), and
+-- which PUBLIC may execute. Only the functions that touch no pg_idem table,
+-- or only the caller's own tables, and idem_may_use_scope, which answers
+-- only about its caller, are open to PUBLIC.
 SELECT p.oid::regprocedure AS function, p.prosecdef AS security_definer,
        has_function_privilege('public', p.oid, 'EXECUTE') AS public_execute
 FROM pg_proc p
@@ -29,6 +29,7 @@ GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval),
     idem_advance(text, integer, bigint, integer), idem_position(text, integer),
     idem_reset_stream(text, integer)
 TO regress_idem_worker;
+SELECT idem_grant('rights', 'regress_idem_worker') AS scope_granted;
 
 SET ROLE regress_idem_worker;
 SELECT count(*) FROM idem_records;
@@ -78,6 +79,7 @@ SELECT count(*) FROM idem_records;
 RESET ROLE;
 
 SELECT key, status, attempts FROM idem_records WHERE scope = 'rights' ORDER BY key;
+SELECT idem_revoke('rights', 'regress_idem_worker') AS scope_revoked;
 
 DROP OWNED BY regress_idem_worker;
 DROP ROLE regress_idem_worker;

@@ -108,6 +108,7 @@ CREATE TABLE who_asked (role name);
 CREATE FUNCTION record_caller(scope text, key text) RETURNS boolean LANGUAGE sql AS
 $$ INSERT INTO who_asked VALUES (current_user); SELECT true $$;
 GRANT INSERT ON who_asked TO regress_idem_stranger;
+SELECT idem_grant('audit', 'regress_idem_stranger') AS scope_granted;
 GRANT EXECUTE ON FUNCTION idem_configure(text, interval, interval, integer, text, regprocedure, boolean)
     TO regress_idem_stranger;
 SET ROLE regress_idem_stranger;
@@ -171,6 +172,7 @@ CREATE FUNCTION orphan_check(scope text, key text) RETURNS boolean LANGUAGE sql 
 CREATE ROLE regress_idem_gone;
 GRANT EXECUTE ON FUNCTION idem_configure(text, interval, interval, integer, text, regprocedure, boolean)
     TO regress_idem_gone;
+SELECT idem_grant('orphan', 'regress_idem_gone') AS scope_granted;
 SET ROLE regress_idem_gone;
 SELECT scope FROM idem_configure('orphan', reconcile_function => 'orphan_check(text,text)');
 RESET ROLE;
@@ -187,6 +189,7 @@ REVOKE ALL ON FUNCTION idem_configure(text, interval, interval, integer, text, r
     FROM regress_idem_stranger;
 DELETE FROM idem_records;
 DELETE FROM idem_scopes;
+DELETE FROM idem_scope_grants;
 DROP TABLE charges, who_asked;
 DROP FUNCTION charge_happened(text, text), record_caller(text, text);
 DROP ROLE regress_idem_stranger;

@@ -22,6 +22,7 @@ CREATE ROLE regress_idem_nobody;
 -- A consumer role, granted what the README says to grant.
 CREATE ROLE regress_idem_consumer;
 GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval) TO regress_idem_consumer;
+SELECT idem_grant('acl', 'regress_idem_consumer') AS scope_granted;
 
 SET ROLE regress_idem_nobody;
 SELECT count(*) FROM idem_records;

@@ -87,12 +87,21 @@ SELECT idem_stats_reset();
 \echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
 GRANT SELECT ON idem_stats TO regress_idem_stats_reader;
-GRANT EXECUTE ON FUNCTION idem_stats() TO regress_idem_stats_reader;
+GRANT EXECUTE ON FUNCTION idem_stats(), idem_stats_reset() TO regress_idem_stats_reader;
+-- A reader sees the rows of the scopes it was granted, no others (nor the
+-- "other" rows, nor other databases'), and may not reset them all.
 SET ROLE regress_idem_stats_reader;
-SELECT sum(claims) AS claims FROM idem_stats WHERE database = current_database();
+SELECT count(*) AS rows_seen FROM idem_stats;
 RESET ROLE;
+SELECT idem_grant('stats-b', 'regress_idem_stats_reader') AS scope_granted;
+SET ROLE regress_idem_stats_reader;
+SELECT scope, claims FROM idem_stats ORDER BY scope;
+SELECT idem_stats_reset();
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT idem_revoke('stats-b', 'regress_idem_stats_reader') AS scope_revoked;
 REVOKE ALL ON idem_stats FROM regress_idem_stats_reader;
-REVOKE ALL ON FUNCTION idem_stats() FROM regress_idem_stats_reader;
+REVOKE ALL ON FUNCTION idem_stats(), idem_stats_reset() FROM regress_idem_stats_reader;
 DROP ROLE regress_idem_stats_reader;
 
 -- A reset forgets every row.

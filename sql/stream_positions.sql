@@ -73,12 +73,18 @@ SELECT idem_reset_stream('orders');
 RESET ROLE;
 GRANT EXECUTE ON FUNCTION idem_advance(text, integer, bigint, integer),
                           idem_position(text, integer) TO idem_stream_consumer;
+-- EXECUTE alone is not enough: the stream must be granted too.
+SET ROLE idem_stream_consumer;
+SELECT idem_advance('orders', 0, 1000);
+RESET ROLE;
+SELECT idem_grant('orders', 'idem_stream_consumer') AS stream_granted;
 SET ROLE idem_stream_consumer;
 SELECT idem_advance('orders', 0, 1000) AS granted;
 SELECT idem_position('orders', 0) AS granted_position;
 SELECT * FROM idem_streams;
 SELECT idem_reset_stream('orders');
 RESET ROLE;
+SELECT idem_revoke('orders', 'idem_stream_consumer') AS stream_revoked;
 DROP OWNED BY idem_stream_consumer;
 DROP ROLE idem_stream_consumer;
 

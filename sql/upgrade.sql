@@ -94,7 +94,12 @@ SET ROLE regress_idem_consumer;
 SELECT status FROM idem_begin('upgrade', 'after');
 \echo :LAST_ERROR_SQLSTATE
 SELECT idem_try_insert('upgrade', 'done') AS consumer_keeps_idem_try_insert;
+-- Scopes in use were granted to PUBLIC (with a WARNING above); a new one
+-- is the owner's until granted.
+SELECT idem_try_insert('new-after-update', 'k');
+\echo :LAST_ERROR_SQLSTATE
 RESET ROLE;
+SELECT scope, grantee FROM idem_scope_grants ORDER BY scope;
 DROP OWNED BY regress_idem_consumer;
 DROP ROLE regress_idem_consumer;
 CREATE TEMP TABLE upgraded AS SELECT * FROM members;

@@ -80,26 +80,26 @@ CREATE FUNCTION @extschema@.idem_begin(scope text, key text,
                                        ttl interval DEFAULT NULL)
 RETURNS @extschema@.idem_claim
 AS 'MODULE_PATHNAME', 'idem_begin_0_3'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE FUNCTION @extschema@.idem_complete(scope text, key text, token uuid,
                                           result jsonb DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_complete_0_3'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE FUNCTION @extschema@.idem_fail(scope text, key text, token uuid, error text,
                                       retryable boolean DEFAULT true)
 RETURNS @extschema@.idem_status
 AS 'MODULE_PATHNAME', 'idem_fail_0_3'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 -- The holder gives the claim back without spending an attempt: the key is
 -- claimable at once, and the next claim binds its own fingerprint.
 CREATE FUNCTION @extschema@.idem_release(scope text, key text, token uuid)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_release'
-LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 -- The record of a key as idem_begin would see it, without writing,
 -- waiting or counting: status 'absent' (none, or expired), 'in_progress',
@@ -107,10 +107,136 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE SECURITY DEFINER;
 CREATE FUNCTION @extschema@.idem_lookup(scope text, key text)
 RETURNS @extschema@.idem_claim
 AS 'MODULE_PATHNAME', 'idem_lookup'
-LANGUAGE C STABLE PARALLEL RESTRICTED SECURITY DEFINER;
+LANGUAGE C STABLE PARALLEL RESTRICTED;
 
 REVOKE ALL ON FUNCTION @extschema@.idem_begin(text, text, interval, text, interval, boolean, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_complete(text, text, uuid, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_fail(text, text, uuid, text, boolean) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_release(text, text, uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_lookup(text, text) FROM PUBLIC;
+
+-- ---------------------------------------------------------------------------
+-- Scopes as a security boundary (src/pg/scope_grants.cpp): a role uses a
+-- scope, or the stream of that name, only if the owner granted it to the
+-- role (or a role it has the privileges of, or PUBLIC).
+-- ---------------------------------------------------------------------------
+
+-- Grants name roles, as pg_hba.conf does, so that they survive pg_dump
+-- and a restore into a cluster whose roles have other OIDs; PUBLIC is
+-- 'public', which no role can be named.
+CREATE TABLE @extschema@.idem_scope_grants (
+    scope      text COLLATE "C" NOT NULL,
+    grantee    text NOT NULL,
+    granted_by text NOT NULL,
+    granted_at timestamptz NOT NULL,
+    PRIMARY KEY (scope, grantee)
+);
+COMMENT ON TABLE @extschema@.idem_scope_grants IS
+    'which roles may use each scope (and stream); written by idem_grant and idem_revoke';
+REVOKE ALL ON TABLE @extschema@.idem_scope_grants FROM PUBLIC;
+SELECT pg_catalog.pg_extension_config_dump('@extschema@.idem_scope_grants', '');
+
+-- Any change, by idem_grant or in SQL, reaches every backend's cache of
+-- answers at commit.
+CREATE FUNCTION @extschema@.idem_scope_grants_changed() RETURNS trigger
+AS 'MODULE_PATHNAME', 'idem_scope_grants_changed'
+LANGUAGE C;
+REVOKE ALL ON FUNCTION @extschema@.idem_scope_grants_changed() FROM PUBLIC;
+CREATE TRIGGER idem_scope_grants_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.idem_scope_grants
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.idem_scope_grants_changed();
+ALTER TABLE @extschema@.idem_scope_grants ENABLE ALWAYS TRIGGER idem_scope_grants_changed;
+
+-- Only the owner of pg_idem (or a superuser) grants and revokes: both
+-- check it, whoever has EXECUTE. role: a role's name, or PUBLIC.
+CREATE FUNCTION @extschema@.idem_grant(scope text, role text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_grant'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+CREATE FUNCTION @extschema@.idem_revoke(scope text, role text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_revoke'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.idem_grant(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_revoke(text, text) FROM PUBLIC;
+
+-- Whether the current user may use a scope: the filter of the views. Open
+-- to PUBLIC: it only ever answers about the caller.
+CREATE FUNCTION @extschema@.idem_may_use_scope(scope text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_may_use_scope'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+
+-- Internal: the same for a given role, in pg_idem's own statements, which
+-- run as the owner.
+CREATE FUNCTION @extschema@.idem_scope_usable_by(scope text, role oid)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_scope_usable_by'
+LANGUAGE C STABLE PARALLEL RESTRICTED;
+REVOKE ALL ON FUNCTION @extschema@.idem_scope_usable_by(text, oid) FROM PUBLIC;
+
+-- The functions that use pg_idem's tables act for their caller: SECURITY
+-- INVOKER, and they switch to the owner themselves once they know who
+-- called (src/pg/as_owner.hpp). As SECURITY DEFINER they could only see the
+-- session's user, which under autovacuum or a superuser's ANALYZE is a
+-- superuser whoever wrote the expression being run.
+ALTER FUNCTION @extschema@.idem_try_insert(text, text, interval) SECURITY INVOKER;
+ALTER FUNCTION @extschema@.idem_reconcile(text, integer) SECURITY INVOKER;
+ALTER FUNCTION @extschema@.idem_retry(text, text) SECURITY INVOKER;
+ALTER FUNCTION @extschema@.idem_forget(text, text) SECURITY INVOKER;
+ALTER FUNCTION @extschema@.idem_purge(integer) SECURITY INVOKER;
+ALTER FUNCTION @extschema@.idem_purge_status() SECURITY INVOKER;
+ALTER FUNCTION @extschema@.idem_advance(text, integer, bigint, integer) SECURITY INVOKER;
+ALTER FUNCTION @extschema@.idem_position(text, integer) SECURITY INVOKER;
+ALTER FUNCTION @extschema@.idem_reset_stream(text, integer) SECURITY INVOKER;
+
+-- The views show only the scopes (and streams) the viewer may use. As
+-- security barriers: a viewer's own function in a query on them never sees
+-- a row before the filter has.
+CREATE OR REPLACE VIEW @extschema@.idem_in_flight WITH (security_barrier) AS
+SELECT r.scope, r.key, r.attempts AS attempt, r.recorded_at AS claimed_at,
+       pg_catalog.now() OPERATOR(pg_catalog.-) r.recorded_at AS lease_age,
+       r.lease_expires_at,
+       r.lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() AS lease_expired,
+       r.holder_pid,
+       EXISTS (SELECT 1 FROM pg_catalog.pg_stat_activity a
+               WHERE a.pid OPERATOR(pg_catalog.=) r.holder_pid
+                 AND a.backend_start OPERATOR(pg_catalog.=) r.holder_started_at) AS holder_alive
+FROM @extschema@.idem_records r
+WHERE r.status OPERATOR(pg_catalog.=) 'in_progress'
+  AND @extschema@.idem_may_use_scope(r.scope);
+
+CREATE OR REPLACE VIEW @extschema@.idem_dead_letters WITH (security_barrier) AS
+SELECT r.scope, r.key, r.attempts, r.last_error, r.recorded_at AS died_at, r.expires_at
+FROM @extschema@.idem_records r
+WHERE r.status OPERATOR(pg_catalog.=) 'dead'
+  AND @extschema@.idem_may_use_scope(r.scope);
+
+CREATE OR REPLACE VIEW @extschema@.idem_stream_positions WITH (security_barrier) AS
+SELECT stream, part, position, window_size,
+       @extschema@.idem_stream_window_seen(window_state) AS window_seen,
+       updated_at
+FROM @extschema@.idem_streams
+WHERE @extschema@.idem_may_use_scope(stream);
+
+-- Secure by default: a scope no one was granted is the owner's alone. So
+-- that a deployment keeps working across the update, every scope and
+-- stream that already has records or settings is granted to PUBLIC, as
+-- every scope was usable by every role with EXECUTE before; revoke what
+-- should be closed.
+DO $$
+DECLARE
+    opened bigint;
+BEGIN
+    INSERT INTO @extschema@.idem_scope_grants (scope, grantee, granted_by, granted_at)
+    SELECT DISTINCT s.scope, 'public', CURRENT_USER, pg_catalog.now()
+    FROM (SELECT r.scope FROM @extschema@.idem_records r
+          UNION SELECT c.scope FROM @extschema@.idem_scopes c
+          UNION SELECT t.stream FROM @extschema@.idem_streams t) s;
+    GET DIAGNOSTICS opened = ROW_COUNT;
+    IF opened > 0 THEN
+        RAISE WARNING 'pg_idem 0.3: the % scopes and streams in use were granted to PUBLIC, as 0.2 let every role with EXECUTE use them', opened
+        USING HINT = 'See them with SELECT * FROM @extschema@.idem_scope_grants; grant each to its roles with idem_grant(scope, role), then idem_revoke(scope, ''public'').';
+    END IF;
+END
+$$;

@@ -62,7 +62,9 @@ extern "C" {
 #include "pg/claim_wait.hpp"
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
+#include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
+#include "pg/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/records.hpp"
 #include "pg/scopes.hpp"
@@ -680,10 +682,12 @@ void end_held_claim(const char *fn, const idem::RecordRef &ref, idem::Statement 
 	idem::claim_wake_at_commit(ref.id);
 }
 
-const idem::RecordRef begin_ref(const char *fn, FunctionCallInfo fcinfo)
+// The scope and key of a call that writes, for a caller granted the scope.
+const idem::RecordRef begin_ref(const char *fn, FunctionCallInfo fcinfo, Oid caller)
 {
 	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 					       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
+	idem::check_scope(fn, caller, ref.scope);
 	PreventCommandIfReadOnly(fn);
 	PreventCommandDuringRecovery(fn);
 	return ref;
@@ -728,11 +732,11 @@ void refuse_old_sql(const char *fn)
 } // namespace
 
 // idem_begin(scope, key, lease, fingerprint, wait, takeover_on_disconnect, ttl)
-IDEM_SQL_FUNCTION(idem_begin_0_3)
+IDEM_SQL_FUNCTION_AS_OWNER(idem_begin_0_3)
 {
 	BeginArgs args;
 	args.fn = "idem_begin";
-	args.ref = begin_ref(args.fn, fcinfo);
+	args.ref = begin_ref(args.fn, fcinfo, caller);
 	args.lease = PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2);
 	if (args.lease != NULL)
 		idem::check_positive_interval(args.fn, "lease", args.lease);
@@ -808,10 +812,10 @@ IDEM_SQL_FUNCTION(idem_begin_0_3)
 }
 
 // idem_complete(scope, key, token, result)
-IDEM_SQL_FUNCTION(idem_complete_0_3)
+IDEM_SQL_FUNCTION_AS_OWNER(idem_complete_0_3)
 {
 	static const char fn[] = "idem_complete";
-	idem::RecordRef ref = begin_ref(fn, fcinfo);
+	idem::RecordRef ref = begin_ref(fn, fcinfo, caller);
 	const pg_uuid_t *token = token_arg(fn, fcinfo, 2, ref);
 	Interval scope_ttl = idem::scope_ttl(idem::scope_settings(ref.scope));
 	TimestampTz now = GetCurrentTimestamp();
@@ -842,10 +846,10 @@ IDEM_SQL_FUNCTION(idem_complete_0_3)
 }
 
 // idem_fail(scope, key, token, error, retryable) RETURNS idem_status
-IDEM_SQL_FUNCTION(idem_fail_0_3)
+IDEM_SQL_FUNCTION_AS_OWNER(idem_fail_0_3)
 {
 	static const char fn[] = "idem_fail";
-	idem::RecordRef ref = begin_ref(fn, fcinfo);
+	idem::RecordRef ref = begin_ref(fn, fcinfo, caller);
 	const pg_uuid_t *token = token_arg(fn, fcinfo, 2, ref);
 	if (PG_ARGISNULL(3))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -898,10 +902,10 @@ IDEM_SQL_FUNCTION(idem_fail_0_3)
 // (attempt_base + 1: attempt numbers still only grow), and it lives a full
 // TTL from now, so the next claim takes it at once, with attempt + 1, and
 // binds its own fingerprint.
-IDEM_SQL_FUNCTION(idem_release)
+IDEM_SQL_FUNCTION_AS_OWNER(idem_release)
 {
 	static const char fn[] = "idem_release";
-	idem::RecordRef ref = begin_ref(fn, fcinfo);
+	idem::RecordRef ref = begin_ref(fn, fcinfo, caller);
 	const pg_uuid_t *token = token_arg(fn, fcinfo, 2, ref);
 	Interval scope_ttl = idem::scope_ttl(idem::scope_settings(ref.scope));
 	TimestampTz now = GetCurrentTimestamp();
@@ -930,11 +934,12 @@ IDEM_SQL_FUNCTION(idem_release)
 // idem_lookup(scope, key) RETURNS idem_claim: the record as idem_begin would
 // find it, read without a lock in the caller's snapshot. It writes nothing,
 // never waits, is not counted in idem_stats, and never shows a token.
-IDEM_SQL_FUNCTION(idem_lookup)
+IDEM_SQL_FUNCTION_AS_OWNER(idem_lookup)
 {
 	static const char fn[] = "idem_lookup";
 	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 					       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
+	idem::check_scope(fn, caller, ref.scope);
 	TimestampTz now = GetCurrentTimestamp();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");

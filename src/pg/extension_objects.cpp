@@ -6,6 +6,7 @@ extern "C" {
 #include "access/table.h"
 #include "catalog/namespace.h"
 #include "catalog/objectaddress.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_enum_d.h"
 #include "catalog/pg_extension.h"
 #include "catalog/pg_proc_d.h"
@@ -27,6 +28,7 @@ namespace idem {
 namespace {
 
 ExtensionObjects objects;
+uint64 generation = 0;
 
 // The schema of an extension (PostgreSQL 15 keeps its own version static).
 Oid extension_schema(Oid ext)
@@ -49,8 +51,10 @@ Oid function_without_arguments(const char *name, Oid schema)
 void forget(Datum, Oid relid)
 {
 	if (relid == InvalidOid || relid == objects.records || relid == objects.scopes ||
-	    relid == objects.streams)
+	    relid == objects.streams || relid == objects.scope_grants) {
 		objects.valid = false;
+		generation++;
+	}
 }
 
 Oid enum_label(Oid type, const char *label)
@@ -66,7 +70,11 @@ const char *qualified(const char *schema, const char *name)
 
 // A renamed schema changes the names kept here without a relcache
 // invalidation of the tables in it.
-void forget_names(Datum, int, uint32) { objects.valid = false; }
+void forget_names(Datum, int, uint32)
+{
+	objects.valid = false;
+	generation++;
+}
 
 } // namespace
 
@@ -87,6 +95,7 @@ const ExtensionObjects &extension_objects()
 	found.scopes = get_relname_relid("idem_scopes", schema);
 	found.streams = get_relname_relid("idem_streams", schema);
 	found.streams_pkey = get_relname_relid("idem_streams_pkey", schema);
+	found.scope_grants = get_relname_relid("idem_scope_grants", schema);
 	found.status_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 					    CStringGetDatum("idem_status"), ObjectIdGetDatum(schema));
 	// idem_streams came with 0.2: a database still on 0.1's SQL has none,
@@ -97,6 +106,11 @@ const ExtensionObjects &extension_objects()
 			errmsg("pg_idem's tables are missing"),
 			errhint("If the extension was installed by an older pg_idem, run ALTER "
 				"EXTENSION pg_idem UPDATE."));
+	HeapTuple records = SearchSysCache1(RELOID, ObjectIdGetDatum(found.records));
+	if (!HeapTupleIsValid(records))
+		elog(ERROR, "pg_idem: cache lookup failed for relation %u", found.records);
+	found.owner = reinterpret_cast<Form_pg_class>(GETSTRUCT(records))->relowner;
+	ReleaseSysCache(records);
 	found.status_in_progress = enum_label(found.status_type, "in_progress");
 	found.status_completed = enum_label(found.status_type, "completed");
 	found.status_failed = enum_label(found.status_type, "failed");
@@ -106,18 +120,22 @@ const ExtensionObjects &extension_objects()
 
 	const char *schema_name = get_namespace_name(schema);
 	for (const char *old : {objects.schema_name, objects.records_name, objects.scopes_name,
-				objects.streams_name, objects.status_type_name})
+				objects.streams_name, objects.scope_grants_name,
+				objects.status_type_name})
 		if (old != NULL)
 			pfree(const_cast<char *>(old));
 	found.schema_name = MemoryContextStrdup(TopMemoryContext, quote_identifier(schema_name));
 	found.records_name = qualified(schema_name, "idem_records");
 	found.scopes_name = qualified(schema_name, "idem_scopes");
 	found.streams_name = qualified(schema_name, "idem_streams");
+	found.scope_grants_name = qualified(schema_name, "idem_scope_grants");
 	found.status_type_name = qualified(schema_name, "idem_status");
 	found.valid = true;
 	objects = found;
 	return objects;
 }
+
+uint64 extension_objects_generation() { return generation; }
 
 bool leading_columns_as_installed(TupleDesc desc, const InstalledColumn *columns, int n)
 {

@@ -17,6 +17,8 @@ struct ExtensionObjects {
 	Oid scopes;	     // idem_scopes
 	Oid streams;	     // idem_streams
 	Oid streams_pkey;    // its primary key, on (stream, part)
+	Oid scope_grants;    // idem_scope_grants, InvalidOid before 0.3's SQL
+	Oid owner;	     // the owner of idem_records: the extension's owner
 	Oid status_type;     // idem_status and its labels
 	Oid status_in_progress;
 	Oid status_completed;
@@ -28,10 +30,17 @@ struct ExtensionObjects {
 	const char *records_name; // schema-qualified and quoted, for SQL text
 	const char *scopes_name;
 	const char *streams_name;
+	const char *scope_grants_name;
 	const char *status_type_name;
 };
 
 const ExtensionObjects &extension_objects();
+
+// Counts the invalidations of pg_idem's tables (any relcache invalidation
+// of one of them, DROP EXTENSION, a renamed schema): a cache of what they
+// hold is current while this has not changed. One relcache callback serves
+// them all (PostgreSQL has ten slots for every library together).
+uint64 extension_objects_generation();
 
 // A column of one of pg_idem's tables, as the install script makes it.
 struct InstalledColumn {

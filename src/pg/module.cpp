@@ -15,6 +15,7 @@ extern "C" {
 #include "pg/extension_objects.hpp"
 #include "pg/purge_status.hpp"
 #include "pg/purge_worker.hpp"
+#include "pg/scope_grants.hpp"
 #include "pg/scopes.hpp"
 #include "pg/settings.hpp"
 #include "pg/stats.hpp"
@@ -181,4 +182,5 @@ extern "C" void _PG_init(void)
 	idem::extension_objects_register_callbacks();
 	idem::plan_cache_register_callbacks();
 	idem::scopes_register_callbacks();
+	idem::scope_grants_register_callbacks();
 }

@@ -15,7 +15,9 @@ extern "C" {
 #include "pg/claim_wait.hpp"
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
+#include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
+#include "pg/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/records.hpp"
 #include "pg/scopes.hpp"
@@ -47,10 +49,11 @@ uint64 on_record(const char *signature, const char *sql_format, const idem::Reco
 	return touched;
 }
 
-idem::RecordRef operator_ref(const char *fn, FunctionCallInfo fcinfo)
+idem::RecordRef operator_ref(const char *fn, FunctionCallInfo fcinfo, Oid caller)
 {
 	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 					       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
+	idem::check_scope(fn, caller, ref.scope);
 	PreventCommandIfReadOnly(fn);
 	return ref;
 }
@@ -62,10 +65,10 @@ idem::RecordRef operator_ref(const char *fn, FunctionCallInfo fcinfo)
 // does (so no purge takes it, and its attempt count, before the next
 // claim). The attempt counter keeps growing, so fencing tokens are never
 // reused. Returns false when the record is not dead.
-IDEM_SQL_FUNCTION(idem_retry)
+IDEM_SQL_FUNCTION_AS_OWNER(idem_retry)
 {
 	static const char fn[] = "idem_retry";
-	idem::RecordRef ref = operator_ref(fn, fcinfo);
+	idem::RecordRef ref = operator_ref(fn, fcinfo, caller);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz expires_at =
 	    idem::record_expiry(fn, now, NULL, idem::scope_settings(ref.scope));
@@ -85,10 +88,10 @@ IDEM_SQL_FUNCTION(idem_retry)
 // refused: its holder's attempt number would be handed out again, and its
 // late completion would land on someone else's claim. Such a claim ends by
 // its lease (reconciliation, or a takeover); fail it first to forget it.
-IDEM_SQL_FUNCTION(idem_forget)
+IDEM_SQL_FUNCTION_AS_OWNER(idem_forget)
 {
 	static const char fn[] = "idem_forget";
-	idem::RecordRef ref = operator_ref(fn, fcinfo);
+	idem::RecordRef ref = operator_ref(fn, fcinfo, caller);
 	uint64 n = on_record("operator:forget",
 			     "DELETE FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1 "
 			     "AND status OPERATOR(pg_catalog.<>) 'in_progress'",

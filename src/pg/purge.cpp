@@ -35,7 +35,9 @@ extern "C" {
 
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
+#include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
+#include "pg/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/purge.hpp"
 #include "pg/stats.hpp"
@@ -44,21 +46,30 @@ extern "C" {
 
 namespace idem {
 
-int64 purge_batch(int max_rows)
+int64 purge_batch(int max_rows, Oid only_for)
 {
 	const ExtensionObjects &objects = extension_objects();
-	static const char signature[] = "purge:candidates";
-	Statement *st = statement_lookup(signature, sizeof signature, objects.records);
+	// Two statements: every scope (the worker's, also on 0.2's SQL), and
+	// only the scopes a role may use ($2).
+	static const char every_signature[] = "purge:candidates";
+	static const char granted_signature[] = "purge:candidates:granted";
+	bool every_scope = !OidIsValid(only_for);
+	Statement *st =
+	    every_scope ? statement_lookup(every_signature, sizeof every_signature, objects.records)
+			: statement_lookup(granted_signature, sizeof granted_signature, objects.records);
 	if (!statement_ready(st)) {
-		Oid types[] = {INT4OID};
+		Oid types[] = {INT4OID, OIDOID};
 		statement_prepare(st,
 				  psprintf("SELECT ctid, scope, key_id FROM %s "
 					   "WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
-					   "AND status OPERATOR(pg_catalog.<>) 'in_progress' LIMIT $1",
-					   objects.records_name),
-				  1, types);
+					   "AND status OPERATOR(pg_catalog.<>) 'in_progress'%s LIMIT $1",
+					   objects.records_name,
+					   every_scope ? ""
+						       : psprintf(" AND %s.idem_scope_usable_by(scope, $2)",
+								  objects.schema_name)),
+				  every_scope ? 1 : 2, types);
 	}
-	Datum values[] = {Int32GetDatum(max_rows)};
+	Datum values[] = {Int32GetDatum(max_rows), ObjectIdGetDatum(only_for)};
 	if (SPI_execute_plan(st->plan, values, NULL, false, max_rows) != SPI_OK_SELECT)
 		elog(ERROR, "pg_idem: purge search failed");
 
@@ -133,8 +144,9 @@ void reconcile_batch(int max_rows, PurgeRound *round)
 
 } // namespace idem
 
-// idem_purge(max_rows) RETURNS bigint
-IDEM_SQL_FUNCTION(idem_purge)
+// idem_purge(max_rows) RETURNS bigint: a caller that may not use every
+// scope purges only the expired records of the scopes it may use.
+IDEM_SQL_FUNCTION_AS_OWNER(idem_purge)
 {
 	static const char fn[] = "idem_purge";
 	if (PG_ARGISNULL(0) || PG_GETARG_INT32(0) < 1)
@@ -143,14 +155,18 @@ IDEM_SQL_FUNCTION(idem_purge)
 	PreventCommandIfReadOnly(fn);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
-	int64 purged = idem::purge_batch(PG_GETARG_INT32(0));
+	int64 purged = idem::purge_batch(PG_GETARG_INT32(0),
+					 idem::may_use_every_scope(caller) ? InvalidOid : caller);
 	SPI_finish();
 	PG_RETURN_INT64(purged);
 }
 
 // idem_purge_status(): the worker's last round (when preloaded) and the
-// backlog, for the current database.
-IDEM_SQL_FUNCTION(idem_purge_status)
+// backlog, for the current database. The backlog counts every scope's
+// records (it says how much work the worker has, not what any scope
+// holds); the function is for operators, and no scope's keys or results
+// show.
+IDEM_SQL_FUNCTION_AS_OWNER(idem_purge_status)
 {
 	TupleDesc desc;
 	if (get_call_result_type(fcinfo, NULL, &desc) != TYPEFUNC_COMPOSITE)

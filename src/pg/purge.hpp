@@ -9,8 +9,9 @@ namespace idem {
 // Deletes up to max_rows expired records (never one in progress) in the
 // current transaction, inside the caller's SPI connection. Rows locked by
 // someone else (another purge, a claim renewing an expired record) are
-// skipped, so concurrent purges never wait on or count the same row.
-int64 purge_batch(int max_rows);
+// skipped, so concurrent purges never wait on or count the same row. With
+// `only_for`, only the records of scopes that role may use.
+int64 purge_batch(int max_rows, Oid only_for = InvalidOid);
 
 // Reconciles up to max_rows expired leases (inside SPI), adding the outcomes
 // to `round`.

@@ -42,7 +42,9 @@ extern "C" {
 #include "pg/claim_wait.hpp"
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
+#include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
+#include "pg/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/scopes.hpp"
 #include "pg/stats.hpp"
@@ -141,12 +143,18 @@ bool ask_reconciler_in_subtransaction(const char *fn, Oid reconciler, Oid role,
 
 } // namespace
 
-IDEM_SQL_FUNCTION(idem_reconcile)
+// A caller that may not use every scope reconciles only the scopes it may
+// use: the one it names (42501 if not granted), or, without one, those it
+// was granted (the others' claims are neither locked nor reported).
+IDEM_SQL_FUNCTION_AS_OWNER(idem_reconcile)
 {
 	static const char fn[] = "idem_reconcile";
 	if (PG_ARGISNULL(1) || PG_GETARG_INT32(1) < 1)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 			errmsg("%s: max_rows must be at least 1", fn));
+	if (!PG_ARGISNULL(0))
+		idem::check_scope(fn, caller, PG_GETARG_TEXT_PP(0));
+	bool every_scope = idem::may_use_every_scope(caller);
 	PreventCommandIfReadOnly(fn);
 	int max_rows = PG_GETARG_INT32(1);
 	InitMaterializedSRF(fcinfo, 0);
@@ -158,11 +166,17 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 
 	// Only scopes with a reconciliation function: claims nothing can settle
 	// must not take the places of those that can.
-	static const char select_signature[] = "reconcile:select";
+	// Two statements: one for every scope (also on 0.2's SQL, which has no
+	// grants), one that keeps to the caller's ($3).
+	static const char every_signature[] = "reconcile:select";
+	static const char granted_signature[] = "reconcile:select:granted";
 	idem::Statement *select =
-	    idem::statement_lookup(select_signature, sizeof select_signature, objects.records);
+	    every_scope
+		? idem::statement_lookup(every_signature, sizeof every_signature, objects.records)
+		: idem::statement_lookup(granted_signature, sizeof granted_signature,
+					 objects.records);
 	if (!idem::statement_ready(select)) {
-		Oid select_types[] = {TEXTOID, INT4OID};
+		Oid select_types[] = {TEXTOID, INT4OID, OIDOID};
 		idem::statement_prepare(
 		    select,
 		    psprintf("SELECT r.key_id, r.scope, r.key, r.attempts, r.attempt_base FROM %s r "
@@ -171,13 +185,17 @@ IDEM_SQL_FUNCTION(idem_reconcile)
 			     "pg_catalog.clock_timestamp() "
 			     "AND ($1 IS NULL OR r.scope OPERATOR(pg_catalog.=) $1) "
 			     "AND r.scope COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) ANY (ARRAY("
-			     "SELECT s.scope FROM %s s WHERE s.reconcile_function IS NOT NULL)) "
+			     "SELECT s.scope FROM %s s WHERE s.reconcile_function IS NOT NULL%s)) "
 			     "ORDER BY r.lease_expires_at LIMIT $2 FOR UPDATE OF r SKIP LOCKED",
-			     objects.records_name, objects.scopes_name),
-		    2, select_types);
+			     objects.records_name, objects.scopes_name,
+			     every_scope ? ""
+					 : psprintf(" AND %s.idem_scope_usable_by(s.scope, $3)",
+						    objects.schema_name)),
+		    every_scope ? 2 : 3, select_types);
 	}
-	Datum select_values[] = {PG_ARGISNULL(0) ? 0 : PG_GETARG_DATUM(0), Int32GetDatum(max_rows)};
-	char select_nulls[] = {PG_ARGISNULL(0) ? 'n' : ' ', ' '};
+	Datum select_values[] = {PG_ARGISNULL(0) ? 0 : PG_GETARG_DATUM(0), Int32GetDatum(max_rows),
+				 ObjectIdGetDatum(caller)};
+	char select_nulls[] = {PG_ARGISNULL(0) ? 'n' : ' ', ' ', ' '};
 	if (SPI_execute_plan(select->plan, select_values, select_nulls, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "pg_idem: reconciliation query failed");
 

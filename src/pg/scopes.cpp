@@ -34,6 +34,7 @@ extern "C" {
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/records.hpp"
+#include "pg/scope_grants.hpp"
 #include "pg/scopes.hpp"
 #include "pg/settings.hpp"
 
@@ -342,6 +343,9 @@ IDEM_SQL_FUNCTION(idem_configure)
 	GetUserIdAndSecContext(&caller, &caller_context);
 	SetUserIdAndSecContext(owner, caller_context | SECURITY_LOCAL_USERID_CHANGE |
 					  SECURITY_RESTRICTED_OPERATION);
+	// A scope is configured only by a role that may use it (read as the
+	// owner, who may read its grants).
+	idem::check_scope(fn, configured_by, scope);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	char *sql = psprintf(

@@ -83,7 +83,9 @@ extern "C" {
 }
 
 #include "core/record_key.hpp"
+#include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
+#include "pg/scope_grants.hpp"
 #include "pg/settings.hpp"
 #include "pg/stats.hpp"
 
@@ -667,8 +669,11 @@ void stats_tally_flush(StatsTally *tally)
 
 } // namespace idem
 
-// idem_stats(): one row per entry, for the view idem_stats.
-IDEM_SQL_FUNCTION(idem_stats)
+// idem_stats(): one row per entry, for the view idem_stats. A role that may
+// not use every scope sees only the rows of the scopes it may use in this
+// database: not other databases', nor the "other" rows, which add up scopes
+// of all kinds.
+IDEM_SQL_FUNCTION_AS_OWNER(idem_stats)
 {
 	using namespace idem;
 	require_preloaded("idem_stats");
@@ -708,8 +713,13 @@ IDEM_SQL_FUNCTION(idem_stats)
 	if (!any_counts(rows[used - 1].counts))
 		used--;
 
+	bool every_scope = may_use_every_scope(caller);
 	for (long r = 0; r < used; r++) {
 		const Counts &row = rows[r];
+		if (!every_scope &&
+		    (row.key.dbid != MyDatabaseId || row.key.scope_len == 0 ||
+		     !may_use_scope(caller, row.key.scope, row.key.scope_len)))
+			continue;
 		Datum values[3 + stat_counters];
 		bool nulls[3 + stat_counters];
 		memset(nulls, 0, sizeof nulls);
@@ -728,11 +738,17 @@ IDEM_SQL_FUNCTION(idem_stats)
 	return (Datum)0;
 }
 
-// idem_stats_reset(): forgets every entry, of every database.
-IDEM_SQL_FUNCTION(idem_stats_reset)
+// idem_stats_reset(): forgets every entry, of every database: only for a
+// role that may use every scope.
+IDEM_SQL_FUNCTION_AS_OWNER(idem_stats_reset)
 {
 	using namespace idem;
 	require_preloaded("idem_stats_reset");
+	if (!may_use_every_scope(caller))
+		ereport(ERROR, errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+			errmsg("idem_stats_reset: role \"%s\" may not reset the counters of every scope",
+			       GetUserNameFromId(caller, false)),
+			errhint("Only the owner of pg_idem, or a superuser, resets idem_stats."));
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	clear_table();
 	// Every slot's counts are of the old generation now (file header).

@@ -46,7 +46,9 @@ extern "C" {
 
 #include "core/replay_window.hpp"
 #include "pg/extension_objects.hpp"
+#include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
+#include "pg/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
 
 namespace {
@@ -279,10 +281,11 @@ bool advance_new(Datum *args, int64 position, int32 window)
 } // namespace
 
 // idem_advance(stream, part, position, window) RETURNS boolean
-IDEM_SQL_FUNCTION(idem_advance)
+IDEM_SQL_FUNCTION_AS_OWNER(idem_advance)
 {
 	static const char fn[] = "idem_advance";
 	StreamPart sp = stream_part_args(fn, fcinfo);
+	idem::check_scope(fn, caller, sp.stream, "stream");
 	check_position_and_window(fn, fcinfo, 2);
 	int64 position = PG_GETARG_INT64(2);
 	int32 window = PG_GETARG_INT32(3);
@@ -319,10 +322,11 @@ IDEM_SQL_FUNCTION(idem_advance)
 }
 
 // idem_position(stream, part) RETURNS bigint: NULL for a part never advanced.
-IDEM_SQL_FUNCTION(idem_position)
+IDEM_SQL_FUNCTION_AS_OWNER(idem_position)
 {
 	static const char fn[] = "idem_position";
 	StreamPart sp = stream_part_args(fn, fcinfo);
+	idem::check_scope(fn, caller, sp.stream, "stream");
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	Oid types[] = {TEXTOID, INT4OID};
@@ -346,12 +350,13 @@ IDEM_SQL_FUNCTION(idem_position)
 
 // idem_reset_stream(stream, part DEFAULT NULL) RETURNS bigint: the parts
 // forgotten.
-IDEM_SQL_FUNCTION(idem_reset_stream)
+IDEM_SQL_FUNCTION_AS_OWNER(idem_reset_stream)
 {
 	static const char fn[] = "idem_reset_stream";
 	if (PG_ARGISNULL(0))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 			errmsg("%s: stream must not be null", fn));
+	idem::check_scope(fn, caller, PG_GETARG_TEXT_PP(0), "stream");
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	Oid types[] = {TEXTOID, INT4OID};

@@ -1,6 +1,7 @@
 // idem_try_insert(scope, key, ttl): the unique-constraint pattern on the
 // managed table. What happens when a duplicate arrives is in records.cpp;
-// this file turns the SQL arguments into a claim.
+// this file turns the SQL arguments into a claim, for a caller granted the
+// scope (scope_grants.hpp).
 extern "C" {
 #include "postgres.h"
 
@@ -11,16 +12,19 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
+#include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
+#include "pg/scope_grants.hpp"
 #include "pg/records.hpp"
 #include "pg/scopes.hpp"
 #include "pg/stats.hpp"
 
-IDEM_SQL_FUNCTION(idem_try_insert)
+IDEM_SQL_FUNCTION_AS_OWNER(idem_try_insert)
 {
 	static const char fn[] = "idem_try_insert";
 	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 					       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
+	idem::check_scope(fn, caller, ref.scope);
 	// The record is written below SQL, so the checks a plain INSERT gets
 	// from the executor are made here.
 	PreventCommandIfReadOnly(fn);

@@ -165,11 +165,22 @@ SELECT idem_grant('payments_a', NULL);
 SELECT idem_grant('payments_a', 'regress_no_such_role');
 \echo :LAST_ERROR_SQLSTATE
 SELECT idem_revoke('payments_a', 'regress_no_such_role') AS revoked_nothing;
+-- A stream name longer than a scope can be is granted to no one (the owner
+-- still uses it), not to the roles of a scope it begins with.
+SELECT idem_grant(repeat('s', 128), 'regress_team_b') AS granted;
+GRANT EXECUTE ON FUNCTION idem_advance(text, integer, bigint, integer) TO regress_team_b;
+SET ROLE regress_team_b;
+SELECT idem_advance(repeat('s', 128), 0, 1) AS granted_stream;
+SELECT idem_advance(repeat('s', 129), 0, 1);
+\echo :LAST_ERROR_SQLSTATE
+RESET ROLE;
+SELECT idem_advance(repeat('s', 129), 0, 1) AS owner_uses_it;
+SELECT idem_revoke(repeat('s', 128), 'regress_team_b') AS revoked;
 SELECT count(*) AS grants_left FROM idem_scope_grants;
 
 DELETE FROM idem_records WHERE scope LIKE 'payments%' OR scope = 'shared';
 DELETE FROM idem_scopes WHERE scope LIKE 'payments%';
-DELETE FROM idem_streams WHERE stream LIKE 'payments%';
+DELETE FROM idem_streams WHERE stream LIKE 'payments%' OR stream LIKE 'sss%';
 DELETE FROM idem_scope_grants;
 DROP FUNCTION regress_never_happened(text, text);
 DROP OWNED BY regress_team_a, regress_team_b, regress_alice;

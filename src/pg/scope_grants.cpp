@@ -131,10 +131,14 @@ bool may_use_scope(Oid role, const char *name, size_t len)
 	// pg_idem 0.2's SQL has no grants (and its functions run as the owner).
 	if (!OidIsValid(objects.scope_grants))
 		return true;
+	// idem_grant takes no longer name (a stream's may be longer), so no
+	// grant names it; nor could the cache key hold it.
+	if (len > max_scope_bytes)
+		return has_privs_of_role(role, objects.owner);
 	GrantKey key;
 	memset(&key, 0, sizeof key);
 	key.role = role;
-	memcpy(key.name, name, Min(len, max_scope_bytes));
+	memcpy(key.name, name, len);
 
 	bool found;
 	CachedAnswer *entry =

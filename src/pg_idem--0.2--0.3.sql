@@ -189,6 +189,10 @@ ALTER FUNCTION @extschema@.idem_purge_status() SECURITY INVOKER;
 ALTER FUNCTION @extschema@.idem_advance(text, integer, bigint, integer) SECURITY INVOKER;
 ALTER FUNCTION @extschema@.idem_position(text, integer) SECURITY INVOKER;
 ALTER FUNCTION @extschema@.idem_reset_stream(text, integer) SECURITY INVOKER;
+-- idem_stats and idem_position now read the caller's grants (SPI, as the
+-- owner): only in the leader of a parallel query.
+ALTER FUNCTION @extschema@.idem_stats() PARALLEL RESTRICTED;
+ALTER FUNCTION @extschema@.idem_position(text, integer) PARALLEL RESTRICTED;
 
 -- The views show only the scopes (and streams) the viewer may use. As
 -- security barriers: a viewer's own function in a query on them never sees

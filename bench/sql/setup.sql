@@ -153,13 +153,16 @@ BEGIN
 END $$;
 
 -- The claim protocol written by hand, as a careful user would: one
--- statement to claim (new key, or take over an expired lease), one to
--- complete, each in a PL/pgSQL function.
+-- statement to claim (new key, or take over an expired lease) that hands
+-- the holder a random token, one to complete that checks it, each in a
+-- PL/pgSQL function (as pg_idem 0.3 does: the token, not the attempt
+-- number, is the holder's credential).
 CREATE TABLE public.pl_claims (
     scope            text COLLATE "C" NOT NULL,
     key              text COLLATE "C" NOT NULL,
     status           text NOT NULL,
     attempt          integer NOT NULL,
+    token            uuid,
     lease_expires_at timestamptz,
     result           jsonb,
     expires_at       timestamptz NOT NULL,
@@ -167,31 +170,33 @@ CREATE TABLE public.pl_claims (
 );
 
 CREATE FUNCTION bench.pl_begin(p_scope text, p_key text,
-                               OUT acquired boolean, OUT attempt integer)
+                               OUT acquired boolean, OUT attempt integer, OUT token uuid)
 LANGUAGE plpgsql AS $$
 BEGIN
-    INSERT INTO public.pl_claims AS c (scope, key, status, attempt, lease_expires_at, expires_at)
-    VALUES (p_scope, p_key, 'in_progress', 1, clock_timestamp() + interval '5 minutes',
-            now() + interval '7 days')
+    INSERT INTO public.pl_claims AS c (scope, key, status, attempt, token, lease_expires_at,
+                                       expires_at)
+    VALUES (p_scope, p_key, 'in_progress', 1, gen_random_uuid(),
+            clock_timestamp() + interval '5 minutes', now() + interval '7 days')
     ON CONFLICT (scope, key) DO UPDATE
-        SET status = 'in_progress', attempt = c.attempt + 1,
+        SET status = 'in_progress', attempt = c.attempt + 1, token = EXCLUDED.token,
             lease_expires_at = EXCLUDED.lease_expires_at
         WHERE c.status = 'in_progress' AND c.lease_expires_at < clock_timestamp()
-    RETURNING true, c.attempt INTO acquired, attempt;
+    RETURNING true, c.attempt, c.token INTO acquired, attempt, token;
     IF NOT FOUND THEN
         acquired := false;
         attempt := 0;
+        token := NULL;
     END IF;
 END $$;
 
-CREATE FUNCTION bench.pl_complete(p_scope text, p_key text, p_attempt integer,
+CREATE FUNCTION bench.pl_complete(p_scope text, p_key text, p_token uuid,
                                   p_result jsonb DEFAULT NULL)
 RETURNS boolean
 LANGUAGE plpgsql AS $$
 BEGIN
     UPDATE public.pl_claims
-    SET status = 'completed', result = p_result, lease_expires_at = NULL
-    WHERE scope = p_scope AND key = p_key AND attempt = p_attempt
+    SET status = 'completed', result = p_result, lease_expires_at = NULL, token = NULL
+    WHERE scope = p_scope AND key = p_key AND token = p_token
       AND status = 'in_progress';
     RETURN FOUND;
 END $$;

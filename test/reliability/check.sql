@@ -72,7 +72,15 @@ INSERT INTO checks (what, expected, actual) VALUES
      (SELECT count(*) FROM idem_records WHERE scope = 'claim' AND status <> 'completed')),
     ('records of orders never acknowledged', 0,
      (SELECT count(*) FROM idem_records r WHERE r.scope = 'claim'
-      AND NOT EXISTS (SELECT FROM acked a WHERE a.order_id::text = r.key)));
+      AND NOT EXISTS (SELECT FROM acked a WHERE a.order_id::text = r.key))),
+    -- What a consumer reads back: every acknowledged order completed, with
+    -- the fingerprint of its payload and no token.
+    ('acked orders idem_lookup answers otherwise', 0,
+     (SELECT count(*) FROM acked a JOIN stream s USING (order_id),
+                           LATERAL idem_lookup('claim', a.order_id::text) l
+      WHERE l.status IS DISTINCT FROM 'completed' OR l.token IS NOT NULL
+         OR l.fingerprint IS DISTINCT FROM format('order %s: account %s, amount %s',
+                                                  s.order_id, s.account, s.amount)));
 \endif
 
 SELECT what AS "check", expected, actual,

@@ -72,8 +72,12 @@ BEGIN
     END IF;
 END $$;
 GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval) TO reliability_consumer;
-GRANT EXECUTE ON FUNCTION idem_begin(text, text, interval, text, interval, boolean),
-                          idem_complete(text, text, integer, jsonb),
-                          idem_fail(text, text, integer, text, boolean) TO reliability_consumer;
+GRANT EXECUTE ON FUNCTION idem_begin(text, text, interval, text, interval, boolean, interval),
+                          idem_complete(text, text, uuid, jsonb),
+                          idem_fail(text, text, uuid, text, boolean),
+                          idem_release(text, text, uuid),
+                          idem_lookup(text, text) TO reliability_consumer;
+-- Its two scopes (pg_idem 0.3: a scope no one was granted is the owner's).
+SELECT idem_grant('storm', 'reliability_consumer'), idem_grant('claim', 'reliability_consumer');
 GRANT SELECT, UPDATE ON accounts TO reliability_consumer;
 GRANT INSERT ON orders, applied, commit_trap, stream, acked TO reliability_consumer;

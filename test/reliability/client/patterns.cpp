@@ -19,6 +19,8 @@ const char *const kFaultNames[kFaults] = {
     "claim abandoned (lease runs out)",
     "idem_fail, retryable",
     "rollback after idem_complete",
+    "idem_release",
+    "a wrong or NULL token refused first",
 };
 
 const char *const kReasonNames[kReasons] = {
@@ -28,7 +30,7 @@ const char *const kReasonNames[kReasons] = {
     "COMMIT outcome unknown",
     "claim in progress elsewhere",
     "version not reached yet",
-    "completion refused",
+    "completion refused (our token was stale)",
     "unexpected error",
 };
 
@@ -52,7 +54,7 @@ std::vector<Fault> faults_of(Pattern p)
 	if (p == Pattern::Claim)
 		return {kClaimRolledBack,  kAbandon,         kFailRetryable, kRollbackAfterClaim,
 		        kErrorInStatement, kErrorAfterClaim, kDisconnect,    kRollbackAfterComplete,
-		        kErrorAtCommit};
+		        kErrorAtCommit,    kRelease,         kWrongToken};
 	return {kRollbackAfterClaim, kErrorInStatement, kErrorAfterClaim,
 	        kErrorAtCommit,      kDisconnect,       kSavepointRollback};
 }
@@ -91,13 +93,22 @@ const std::string kVersionedSql =
     "SELECT v.applied, reliability_fault($6::boolean) FROM v";
 const std::string kVersionSql = "SELECT version FROM accounts WHERE id = $1::int";
 
-const std::string kBeginSql = "SELECT status, attempt FROM idem_begin('claim', $1::text)";
+// The fingerprint is the message's payload as the consumer sees it, in a
+// form of its own (pg_idem compares fingerprints as opaque text): every
+// redelivery of an order carries the same one.
+const std::string kBeginSql = "SELECT status, attempt, token FROM idem_begin('claim', $1::text, "
+                              "fingerprint => $2::text)";
 const std::string kEffectSql =
     "WITH u AS (UPDATE accounts SET balance = balance + $2::bigint WHERE id = $1::int),\n"
     "     l AS (INSERT INTO applied (order_id, consumer) VALUES ($3::bigint, $4::int))\n"
     "SELECT reliability_fault($5::boolean)";
-const std::string kCompleteSql = "SELECT idem_complete('claim', $1::text, $2::int)";
-const std::string kFailSql = "SELECT idem_fail('claim', $1::text, $2::int, 'injected fault', true)";
+const std::string kCompleteSql = "SELECT idem_complete('claim', $1::text, $2::uuid)";
+const std::string kFailSql =
+    "SELECT idem_fail('claim', $1::text, $2::uuid, 'injected fault', true)";
+const std::string kReleaseSql = "SELECT idem_release('claim', $1::text, $2::uuid)";
+// A token that is not the holder's: a fresh random one, or NULL.
+const std::string kWrongCompleteSql =
+    "SELECT idem_complete('claim', $1::text, CASE WHEN $2::boolean THEN gen_random_uuid() END)";
 
 const std::string kFaultSql = "SELECT reliability_fault(true)";
 const std::string kCommitTrapSql = "INSERT INTO commit_trap VALUES (0)";
@@ -256,41 +267,52 @@ Outcome one_statement(Consumer &c, Pattern p, const Order &o, Fault f)
 	return finish(cn, f, applied);
 }
 
-// The claim protocol: idem_begin in a transaction of its own; the effect and
-// idem_complete in the next one, so that the effect commits with the
-// completion; a rollback there leaves the claim in progress until its lease
-// runs out and a redelivery takes it over.
+// The claim protocol: idem_begin in a transaction of its own, which hands the
+// holder a token; the effect and idem_complete with that token in the next
+// one, so that the effect commits with the completion; a rollback there
+// leaves the claim in progress until its lease runs out and a redelivery
+// takes it over (whose idem_complete then refuses the old token).
 Outcome claim(Consumer &c, const Order &o, Fault f)
 {
 	Connection &cn = *c.conn;
 	std::string key = std::to_string(o.id);
+	std::string fingerprint = "order " + key + ": account " + std::to_string(o.account) +
+	                          ", amount " + std::to_string(o.amount);
 	Reply r;
 	if (f == kClaimRolledBack) {
 		r = cn.exec("BEGIN");
 		if (!r.ok)
 			return on_error(cn, r, false, false);
 		c.before_claim();
-		r = cn.exec(kBeginSql, {key});
+		r = cn.exec(kBeginSql, {key, fingerprint});
 		if (!r.ok)
 			return on_error(cn, r, true, false);
 		return rollback_injected(cn);
 	}
 	c.before_claim();
-	r = cn.exec(kBeginSql, {key});
+	r = cn.exec(kBeginSql, {key, fingerprint});
 	if (!r.ok)
 		return on_error(cn, r, false, false); // lost: the claim may have committed
 	std::string status = r.value(0, 0).value_or("NULL");
-	std::string attempt = r.value(0, 1).value_or("NULL");
+	std::optional<std::string> token = r.value(0, 2); // a copy: r is reused below
+	// The token is the holder's credential: handed out with 'acquired' only.
+	if (status != "acquired" && token)
+		return unexpected("idem_begin answered " + status + " with a token");
 	if (status == "completed")
 		return Outcome{}; // done before: acknowledge
 	if (status == "in_progress")
 		return nack(kInProgress);
 	if (status != "acquired")
 		return unexpected("idem_begin answered " + status);
+	if (!token || !r.value(0, 1))
+		return unexpected("idem_begin answered acquired without a token or an attempt");
 	if (f == kAbandon)
 		return injected();
-	if (f == kFailRetryable) {
-		r = cn.exec(kFailSql, {key, attempt});
+	if (f == kFailRetryable || f == kRelease) {
+		if (f == kFailRetryable)
+			r = cn.exec(kFailSql, {key, *token});
+		else
+			r = cn.exec(kReleaseSql, {key, *token});
 		if (!r.ok)
 			return on_error(cn, r, false, false);
 		return injected();
@@ -304,7 +326,25 @@ Outcome claim(Consumer &c, const Order &o, Fault f)
 		return on_error(cn, r, true, f == kErrorInStatement);
 	if (f == kRollbackAfterClaim || f == kErrorAfterClaim || f == kDisconnect)
 		return finish(cn, f, true);
-	r = cn.exec(kCompleteSql, {key, attempt});
+	if (f == kWrongToken) {
+		// A token that does not hold the key must be refused (SQLSTATE
+		// 55000) and change nothing; the holder's token then completes.
+		r = cn.exec("SAVEPOINT wrong_token");
+		if (!r.ok)
+			return on_error(cn, r, true, false);
+		r = cn.exec(kWrongCompleteSql, {key, flag(o.id % 2 == 0)});
+		if (r.ok) {
+			cn.exec("ROLLBACK");
+			return unexpected(std::string("idem_complete accepted a ") +
+			                  (o.id % 2 == 0 ? "random" : "NULL") + " token");
+		}
+		if (r.lost || r.sqlstate != "55000")
+			return on_error(cn, r, true, false);
+		r = cn.exec("ROLLBACK TO SAVEPOINT wrong_token");
+		if (!r.ok)
+			return on_error(cn, r, true, false);
+	}
+	r = cn.exec(kCompleteSql, {key, *token});
 	if (!r.ok) {
 		if (r.sqlstate == "55000" && !r.lost) { // our lease was taken over
 			cn.exec("ROLLBACK");
@@ -312,7 +352,11 @@ Outcome claim(Consumer &c, const Order &o, Fault f)
 		}
 		return on_error(cn, r, true, false);
 	}
-	return finish(cn, f == kRollbackAfterComplete || f == kErrorAtCommit ? f : kNoFault, true);
+	Outcome out =
+	    finish(cn, f == kRollbackAfterComplete || f == kErrorAtCommit ? f : kNoFault, true);
+	if (f == kWrongToken)
+		out.fault_fired = true;
+	return out;
 }
 
 } // namespace

@@ -37,6 +37,9 @@ enum Fault {
 	kAbandon,               // claim protocol: claimed, never completed (the lease runs out)
 	kFailRetryable,         // claim protocol: idem_fail(retryable), claimed again at once
 	kRollbackAfterComplete, // claim protocol: idem_complete, then ROLLBACK
+	kRelease,               // claim protocol: idem_release, claimed again at once
+	kWrongToken,            // claim protocol: idem_complete with a wrong or NULL token (must be
+	                        // refused), then with the right one, and COMMIT: acknowledged
 	kFaults
 };
 extern const char *const kFaultNames[kFaults];
@@ -50,7 +53,7 @@ enum Reason {
 	kCommitUnknown,  // nacked: the connection went away during COMMIT (or an autocommit claim)
 	kInProgress,     // nacked: the claim protocol says another holder has the key
 	kNotYet,         // nacked: versioned, the account is not yet at the previous version
-	kRefused,        // nacked: claim protocol, idem_complete refused (the lease was taken over)
+	kRefused,        // nacked: claim protocol, idem_complete refused our (stale) token
 	kUnexpected,     // nacked: an error nobody injected
 	kReasons
 };

@@ -3,14 +3,17 @@
 # The roles, as the README's "Privileges" section sets them up:
 #   postgres  the superuser that created the extension (the owner);
 #   consumer  granted EXECUTE on idem_try_insert, the claim protocol
-#             (idem_begin, idem_complete, idem_fail) and the stream
-#             positions (idem_advance, idem_position), and SELECT, INSERT,
-#             UPDATE on its business tables;
+#             (idem_begin, idem_complete, idem_fail, idem_release,
+#             idem_lookup) and the stream positions (idem_advance,
+#             idem_position), and SELECT, INSERT, UPDATE on its business
+#             tables;
 #   stranger  the same pg_idem grants, but no privilege on the business
 #             tables;
 #   blind     UPDATE on orders without SELECT, and INSERT on one column of
 #             points_log only;
 #   tenant_b  a second tenant of the table with row-level security;
+#   outsider  no grant at all: every function of the claim protocol is
+#             refused to it (none of them is PUBLIC);
 #   hostile   owns schema evil, full of functions, operators and tables
 #             named like what pg_idem runs internally (now, lower, hashtext,
 #             jsonb_build_object, =, <=, +, idem_records, ...), each of which
@@ -139,14 +142,21 @@ CREATE ROLE stranger LOGIN;
 CREATE ROLE blind LOGIN;
 CREATE ROLE tenant_b LOGIN;
 CREATE ROLE hostile LOGIN;
+CREATE ROLE outsider LOGIN;
 -- What the README says to grant a consumer.
 GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval),
-    idem_begin(text, text, interval, text, interval, boolean),
-    idem_complete(text, text, integer, jsonb),
-    idem_fail(text, text, integer, text, boolean),
+    idem_begin(text, text, interval, text, interval, boolean, interval),
+    idem_complete(text, text, uuid, jsonb),
+    idem_fail(text, text, uuid, text, boolean),
+    idem_release(text, text, uuid),
+    idem_lookup(text, text),
     idem_advance(text, integer, bigint, integer),
     idem_position(text, integer)
     TO consumer, stranger, blind, tenant_b, hostile;
+-- ... and the scopes (and streams) each uses: pg_idem 0.3's scope grants.
+SELECT idem_grant('points', 'consumer'), idem_grant('pay', 'consumer'),
+       idem_grant('orders', 'consumer'), idem_grant('h', 'hostile'),
+       idem_grant('hs', 'hostile');
 
 CREATE TABLE orders (id int PRIMARY KEY, customer text NOT NULL,
                      amount int NOT NULL DEFAULT 0, version int NOT NULL DEFAULT 1);
@@ -184,13 +194,32 @@ answers('consumer', q{SELECT idem_try_insert('points', 'order-1');}, 't',
 answers('consumer', q{SELECT idem_try_insert('points', 'order-1');}, 'f',
 	'consumer: idem_try_insert, a duplicate');
 my ($begin, $complete, $again) = session('consumer',
-	q{SELECT status, attempt FROM idem_begin('pay', 'p1') \gset},
-	q{SELECT idem_complete('pay', 'p1', :attempt, '{"ok": true}');},
-	q{SELECT status, result FROM idem_begin('pay', 'p1');});
-is("$begin->[1] $complete->[1] $again->[1] $again->[0]", '00000 00000 00000 completed|{"ok": true}',
-	'consumer: idem_begin, idem_complete, and the replay');
-answers('consumer', q{SELECT attempt FROM idem_begin('pay', 'p2');}, '1', 'consumer: a second claim');
-answers('consumer', q{SELECT idem_fail('pay', 'p2', 1, 'timeout');}, 'failed', 'consumer: idem_fail');
+	q{SELECT status, token FROM idem_begin('pay', 'p1') \gset},
+	q{SELECT idem_complete('pay', 'p1', :'token', '{"ok": true}');},
+	q{SELECT status, result, token IS NULL FROM idem_begin('pay', 'p1');});
+is("$begin->[1] $complete->[1] $again->[1] $again->[0]", '00000 00000 00000 completed|{"ok": true}|t',
+	'consumer: idem_begin, idem_complete with its token, and the replay (no token)');
+{
+	my @r = session('consumer',
+		q{SELECT attempt, token FROM idem_begin('pay', 'p2') \gset},
+		q{SELECT :attempt, :'token'::uuid IS NOT NULL;},
+		q{SELECT idem_fail('pay', 'p2', :'token', 'timeout');},
+		q{SELECT status, attempt, token IS NULL, last_error FROM idem_lookup('pay', 'p2');});
+	is(join(' ', map { "$_->[1]:$_->[0]" } @r), '00000: 00000:1|t 00000:failed 00000:failed|1|t|timeout',
+		'consumer: a second claim with its token, idem_fail, and idem_lookup of the failed key');
+}
+{
+	my @r = session('consumer',
+		q{SELECT token FROM idem_begin('pay', 'p5', lease => '1 hour') \gset},
+		q{SELECT status, token IS NULL FROM idem_lookup('pay', 'p5');},
+		q{SELECT idem_release('pay', 'p5', :'token');},
+		q{SELECT status, token IS NULL FROM idem_lookup('pay', 'p5');},
+		q{SELECT status, attempt, token IS NOT NULL FROM idem_begin('pay', 'p5');},
+		q{SELECT status FROM idem_lookup('pay', 'no such key');});
+	is(join(' ', map { "$_->[1]:$_->[0]" } @r),
+		'00000: 00000:in_progress|t 00000: 00000:failed|t 00000:acquired|2|t 00000:absent',
+		'consumer: idem_lookup (never a token), idem_release, and the key claimable again at once');
+}
 {
 	my @r = session('consumer',
 		q{SELECT idem_advance('orders', 0, 1, 8);},
@@ -224,6 +253,40 @@ for my $call (
 {
 	refused('consumer', $call, '42501', "consumer: $call" =~ s/;$//r);
 }
+# None of the claim protocol is PUBLIC: a role without the grants is refused
+# each function (a token of another role's claim included).
+my $some_token = owner_sql(q{SELECT gen_random_uuid()});
+for my $call (
+	q{SELECT idem_try_insert('points', 'order-9');},
+	q{SELECT * FROM idem_begin('pay', 'o1');},
+	q{SELECT * FROM idem_begin('pay', 'o1', '1 hour', 'fp', '1 s', true, '1 day');},
+	qq{SELECT idem_complete('pay', 'p5', '$some_token', '{}');},
+	qq{SELECT idem_fail('pay', 'p5', '$some_token', 'no', false);},
+	qq{SELECT idem_release('pay', 'p5', '$some_token');},
+	q{SELECT * FROM idem_lookup('pay', 'p1');},
+	q{SELECT idem_advance('orders', 0, 99);},
+	q{SELECT idem_position('orders', 0);})
+{
+	refused('outsider', $call, '42501', "outsider: $call" =~ s/;$//r);
+}
+# Scopes are a boundary: hostile, with the same EXECUTE as the consumer,
+# is refused every function in the consumer's scopes and streams.
+for my $call (
+	q{SELECT idem_try_insert('points', 'order-9');},
+	q{SELECT (idem_begin('pay', 'p1')).result;},
+	q{SELECT * FROM idem_lookup('pay', 'p1');},
+	qq{SELECT idem_complete('pay', 'p5', '$some_token', '{}');},
+	qq{SELECT idem_release('pay', 'p5', '$some_token');},
+	q{SELECT idem_advance('orders', 0, 99);},
+	q{SELECT idem_position('orders', 0);})
+{
+	refused('hostile', $call, '42501', "hostile, in the consumer's scope: $call" =~ s/;$//r);
+}
+# The 0.2 signatures, completing by attempt number, are gone.
+refused('consumer', q{SELECT idem_complete('pay', 'p5', 2, '{}');}, '42883',
+	'consumer: idem_complete with an attempt number (0.2) does not exist');
+refused('consumer', q{SELECT idem_fail('pay', 'p5', 2, 'no', false);}, '42883',
+	'consumer: idem_fail with an attempt number (0.2) does not exist');
 # The PUBLIC functions that run as the caller cannot reach pg_idem's tables,
 # and neither can plain statements.
 for my $case (
@@ -491,19 +554,19 @@ my @owner_workload = (
 	q{SELECT public.idem_try_insert('h', 'k2', '1 us');},
 	q{SELECT pg_catalog.pg_sleep(0.01);},
 	q{SELECT public.idem_try_insert('h', 'k2');},
-	q{SELECT attempt FROM public.idem_begin('h', 'c1') \gset},
+	q{SELECT token FROM public.idem_begin('h', 'c1') \gset},
 	q{SELECT * FROM public.idem_begin('h', 'c1');},
 	q{SELECT * FROM public.idem_begin('h', 'c1');},
 	q{SELECT * FROM public.idem_begin('h', 'c1');},
 	q{SELECT public.idem_retry('h', 'c1');},
-	q{SELECT attempt FROM public.idem_begin('h', 'c1', lease => '1 hour') \gset},
-	q{SELECT public.idem_fail('h', 'c1', :attempt, 'boom', false);},
+	q{SELECT token FROM public.idem_begin('h', 'c1', lease => '1 hour') \gset},
+	q{SELECT public.idem_fail('h', 'c1', :'token', 'boom', false);},
 	q{SELECT public.idem_forget('h', 'c1');},
-	q{SELECT attempt FROM public.idem_begin('h', 'c2', lease => '1 hour', fingerprint => repeat('a', 64)) \gset},
+	q{SELECT token FROM public.idem_begin('h', 'c2', lease => '1 hour', fingerprint => repeat('a', 64)) \gset},
 	q{SELECT * FROM public.idem_begin('h', 'c2', wait => '20 ms');},
 	q{SELECT public.idem_forget('h', 'c2');},
-	q{SELECT public.idem_complete('h', 'c2', :attempt, '{"r": 1}');},
-	q{SELECT public.idem_complete('h', 'c2', :attempt, '{"r": 1}');},
+	q{SELECT public.idem_complete('h', 'c2', :'token', '{"r": 1}');},
+	q{SELECT public.idem_complete('h', 'c2', :'token', '{"r": 1}');},
 	q{SELECT * FROM public.idem_begin('h', 'c2', fingerprint => repeat('a', 64));},
 	q{SELECT * FROM public.idem_begin('h', 'c2', fingerprint => repeat('b', 64));},
 	q{SELECT * FROM public.idem_begin('fp', 'f1', fingerprint => repeat('a', 64));},
@@ -511,6 +574,17 @@ my @owner_workload = (
 	q{SELECT * FROM public.idem_begin('h', 'c3', takeover_on_disconnect => true);},
 	q{SELECT * FROM public.idem_begin('h', 'c3', takeover_on_disconnect => true);},
 	q{SELECT * FROM public.idem_begin('h', 'c4');},
+	q{SELECT token FROM public.idem_begin('h', 'c5', lease => '1 hour', fingerprint => 'v1:Zm9vYmFy', ttl => '2 days') \gset},
+	q{SELECT status, fingerprint FROM public.idem_lookup('h', 'c5');},
+	q{SELECT public.idem_complete('h', 'c5', pg_catalog.gen_random_uuid());},
+	q{SELECT public.idem_fail('h', 'c5', NULL, 'no');},
+	q{SELECT public.idem_release('h', 'c5', :'token');},
+	q{SELECT public.idem_release('h', 'c5', :'token');},
+	q{SELECT token FROM public.idem_begin('h', 'c5', lease => '1 hour', fingerprint => 'v2:YmFyYmF6') \gset},
+	q{SELECT public.idem_complete('h', 'c5', :'token', '{"r": 5}');},
+	q{SELECT * FROM public.idem_begin('h', 'c5', fingerprint => 'v1:Zm9vYmFy');},
+	q{SELECT * FROM public.idem_lookup('h', 'c5');},
+	q{SELECT * FROM public.idem_lookup('h', 'nothing');},
 	q{SELECT pg_catalog.pg_sleep(0.01);},
 	q{SELECT * FROM public.idem_reconcile();},
 	q{SELECT * FROM public.idem_reconcile('h', 10);},
@@ -548,9 +622,10 @@ my @owner_workload = (
 my @owner_results = session('postgres', @owner_workload);
 my %owner_states;
 $owner_states{ $_->[1] }++ for @owner_results;
-is(join(' ', map { "$_:$owner_states{$_}" } sort keys %owner_states), '00000:60 22023:1 55000:2',
+is(join(' ', map { "$_:$owner_states{$_}" } sort keys %owner_states), '00000:67 55000:5 IDM01:2',
 	'the owner\'s workload ran (refusals expected: forgetting a claim in progress, '
-	  . 'a repeated completion, a fingerprint mismatch)');
+	  . 'a repeated completion, a random and a NULL token, a released token, '
+	  . 'two fingerprint mismatches)');
 
 # The consumer's granted functions with the hostile schema first, and its
 # own temporary tables named like pg_idem's (pg_temp comes first for tables).
@@ -560,10 +635,13 @@ my @consumer_results = session('consumer',
 	$evil_path,
 	q{SELECT public.idem_try_insert('points', 'order-2');},
 	q{SELECT public.idem_try_insert('points', 'order-2');},
-	q{SELECT attempt FROM public.idem_begin('pay', 'p3', lease => '1 hour') \gset},
-	q{SELECT public.idem_complete('pay', 'p3', :attempt);},
-	q{SELECT attempt FROM public.idem_begin('pay', 'p4', lease => '1 hour') \gset},
-	q{SELECT public.idem_fail('pay', 'p4', :attempt, 'no');},
+	q{SELECT token FROM public.idem_begin('pay', 'p3', lease => '1 hour') \gset},
+	q{SELECT public.idem_complete('pay', 'p3', :'token');},
+	q{SELECT token FROM public.idem_begin('pay', 'p4', lease => '1 hour') \gset},
+	q{SELECT public.idem_fail('pay', 'p4', :'token', 'no');},
+	q{SELECT token FROM public.idem_begin('pay', 'p6', lease => '1 hour', fingerprint => 'v1', ttl => '1 day') \gset},
+	q{SELECT public.idem_release('pay', 'p6', :'token');},
+	q{SELECT * FROM public.idem_lookup('pay', 'p6');},
 	q{SELECT public.idem_try_insert_row('orders', '{"id": 60, "customer": "c"}');},
 	q{SELECT public.idem_versioned_update('orders', '{"id": 60}', 1, '{"amount": 6}');},
 	q{SELECT public.idem_versioned_update('accounts', '{"id": 2}', 2, '{"balance": 6}');},
@@ -571,21 +649,24 @@ my @consumer_results = session('consumer',
 	q{SELECT public.idem_position('orders', 1);},
 	q{SELECT pg_catalog.count(*) FROM pg_temp.idem_records;},
 	q{SELECT pg_catalog.count(*) FROM pg_temp.idem_scopes;});
-is(join(' ', map { $_->[1] } @consumer_results), join(' ', ('00000') x 16),
+is(join(' ', map { $_->[1] } @consumer_results), join(' ', ('00000') x 19),
 	'the consumer\'s workload ran');
-is($consumer_results[14][0] . ' ' . $consumer_results[15][0], '0 0',
+is($consumer_results[17][0] . ' ' . $consumer_results[18][0], '0 0',
 	'the consumer\'s temporary idem_records and idem_scopes were not written');
-is(owner_sql(q{SELECT count(*) FROM idem_records WHERE key IN ('order-2', 'p3', 'p4')}), '3',
+is(owner_sql(q{SELECT count(*) FROM idem_records WHERE key IN ('order-2', 'p3', 'p4', 'p6')}), '4',
 	'the real idem_records was');
 
 # And hostile itself, with its own schema first.
 my @hostile_results = session('hostile',
 	$evil_path,
 	q{SELECT public.idem_try_insert('x', 'h1');},
-	q{SELECT attempt FROM public.idem_begin('x', 'h2') \gset},
-	q{SELECT public.idem_complete('x', 'h2', :attempt, '{}');},
+	q{SELECT token FROM public.idem_begin('x', 'h2') \gset},
+	q{SELECT public.idem_complete('x', 'h2', :'token', '{}');},
+	q{SELECT * FROM public.idem_lookup('x', 'h2');},
+	q{SELECT token FROM public.idem_begin('x', 'h3', ttl => '1 hour') \gset},
+	q{SELECT public.idem_release('x', 'h3', :'token');},
 	q{SELECT * FROM public.idem_configure('x', ttl => '1 day');});
-is(join(' ', map { $_->[1] } @hostile_results), join(' ', ('00000') x 5),
+is(join(' ', map { $_->[1] } @hostile_results), join(' ', ('00000') x 8),
 	'hostile\'s own workload ran');
 
 is(owner_sql(q{SELECT count(*) FROM evil.calls}), '0', 'no planted object was called (evil.calls)');
@@ -641,8 +722,8 @@ note 'fixed bug: a long stored error crashed idem_begin (freed SPI memory)';
 # back as garbage, or the backend read unmapped memory.
 my $offset = -s $node->logfile;
 my @long_error = session('consumer',
-	q{SELECT idem_begin('dos', 'k', lease => '1 hour');},
-	q{SELECT idem_fail('dos', 'k', 1, repeat('e', 2000000), false);},
+	q{SELECT token FROM idem_begin('dos', 'k', lease => '1 hour') \gset},
+	q{SELECT idem_fail('dos', 'k', :'token', repeat('e', 2000000), false);},
 	q{SELECT status, length(last_error) FROM idem_begin('dos', 'k');},
 	q{SELECT status, length(last_error) FROM idem_begin('dos', 'k');});
 $node->poll_query_until('postgres', 'SELECT 1', '1');

@@ -94,19 +94,30 @@ sql(q{SELECT idem_try_insert('crash', 'k')});
 sql(q{SELECT idem_try_insert('crash', 'k')});
 is(counts('crash'), '1|2', 'the third call was a hit');
 
-# idem_begin's answer of a completed claim, as the table gives it.
-my $completed = q{completed|2|{"total": 42}||};
+# idem_begin's answer of a completed claim, as the table gives it: no token,
+# the record's expiry, and no fingerprint (idem_begin shows the stored one
+# only in a fingerprint_mismatch answer; idem_lookup shows it always).
+my $completed = q{completed|2|{"total": 42}||||true|};
 sub begin_answer
 {
 	return sql(
 		q{SELECT status || '|' || attempt || '|' || coalesce(result::text, '') || '|'
-		   || coalesce(lease_expires_at::text, '') || '|' || coalesce(last_error, '')
-		   FROM idem_begin('begin-crash', 'k')});
+		   || coalesce(lease_expires_at::text, '') || '|' || coalesce(last_error, '') || '|'
+		   || coalesce(token::text, '') || '|'
+		   || (expires_at = (SELECT expires_at FROM idem_records
+		                     WHERE scope = 'begin-crash' AND key = 'k'))::text || '|'
+		   || coalesce(fingerprint, '')
+		   FROM idem_begin('begin-crash', 'k', fingerprint => 'crash:v2')});
 }
-sql(q{SELECT idem_begin('begin-crash', 'k')});
-sql(q{SELECT idem_fail('begin-crash', 'k', 1, 'timeout', true)});
-sql(q{SELECT idem_begin('begin-crash', 'k')});
-sql(q{SELECT idem_complete('begin-crash', 'k', 2, '{"total": 42}')});
+my $token = sql(q{SELECT token FROM idem_begin('begin-crash', 'k', fingerprint => 'crash:v1')});
+sql(qq{SELECT idem_fail('begin-crash', 'k', '$token', 'timeout', true)});
+$token = sql(
+	q{SELECT token FROM idem_begin('begin-crash', 'k', fingerprint => 'crash:v2', ttl => '3 days')});
+sql(qq{SELECT idem_complete('begin-crash', 'k', '$token', '{"total": 42}')});
+is(sql(q{SELECT expires_at - recorded_at FROM idem_records WHERE scope = 'begin-crash'}),
+	'3 days', 'the completed record lives for the ttl of its claim');
+is(sql(q{SELECT fingerprint FROM idem_lookup('begin-crash', 'k')}), 'crash:v2',
+	'the retry bound its own fingerprint (a failed claim binds none)');
 is(begin_answer(), $completed, 'idem_begin: completed, from the table');
 is(begin_answer(), $completed, 'idem_begin: the same answer');
 is(counts('begin-crash'), '1|3', 'idem_begin: the second answer was a hit');
@@ -160,7 +171,7 @@ is(counts('off'), '0|0', 'never a hit, and no lookups counted');
 is(new_keys('off2', 20), 20, 'new keys are new');
 is(new_keys('off2', 20), 0, 'and then duplicates, all from the table');
 is(counts('off2'), '0|0', 'still no cache counts');
-sql(q{SELECT idem_complete('off3', 'k', (SELECT attempt FROM idem_begin('off3', 'k')), '1')});
+sql(q{SELECT idem_complete('off3', 'k', (SELECT token FROM idem_begin('off3', 'k')), '1')});
 for (1 .. 2)
 {
 	is(sql(q{SELECT status || '|' || result FROM idem_begin('off3', 'k')}),
@@ -175,8 +186,8 @@ sql('ALTER SYSTEM SET pg_idem.cache_size = 16');
 sql('ALTER SYSTEM SET pg_idem.cache_result_size = 0');
 $node->restart;
 is(sql('SHOW pg_idem.cache_result_size'), '0', 'set at the restart');
-sql(q{SELECT idem_complete('nores', 'null', (SELECT attempt FROM idem_begin('nores', 'null')))});
-sql(q{SELECT idem_complete('nores', 'small', (SELECT attempt FROM idem_begin('nores', 'small')), '{}')});
+sql(q{SELECT idem_complete('nores', 'null', (SELECT token FROM idem_begin('nores', 'null')))});
+sql(q{SELECT idem_complete('nores', 'small', (SELECT token FROM idem_begin('nores', 'small')), '{}')});
 for (1 .. 3)
 {
 	is(sql(q{SELECT status || '|' || attempt || '|' || (result IS NULL) FROM idem_begin('nores', 'null')}),

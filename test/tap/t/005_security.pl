@@ -155,8 +155,10 @@ GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval),
     TO consumer, stranger, blind, tenant_b, hostile;
 -- ... and the scopes (and streams) each uses: pg_idem 0.3's scope grants.
 SELECT idem_grant('points', 'consumer'), idem_grant('pay', 'consumer'),
-       idem_grant('orders', 'consumer'), idem_grant('h', 'hostile'),
-       idem_grant('hs', 'hostile');
+       idem_grant('orders', 'consumer'), idem_grant('dos', 'consumer'),
+       idem_grant('h', 'hostile'),
+       idem_grant('hs', 'hostile'), idem_grant('x', 'hostile'),
+       idem_grant('escalate', 'hostile');
 
 CREATE TABLE orders (id int PRIMARY KEY, customer text NOT NULL,
                      amount int NOT NULL DEFAULT 0, version int NOT NULL DEFAULT 1);

@@ -2,7 +2,10 @@
 # throwaway PostgreSQL 15 cluster owned by an unprivileged user.
 # Source it; it defines functions and sets nothing else.
 
-PG_BIN=/usr/lib/postgresql/15/bin
+# PG_IDEM_PG_BIN: another PostgreSQL 15 installation (a copy made with
+# `make install DESTDIR=...`, as test/tap/run takes it), for a run that must
+# not replace the machine's installed pg_idem.
+PG_BIN=${PG_IDEM_PG_BIN:-/usr/lib/postgresql/15/bin}
 PG_CONFIG=$PG_BIN/pg_config
 # initdb and pg_regress refuse root, so servers and tests run as this user.
 RUN_AS=${PG_IDEM_RUN_AS:-postgres}

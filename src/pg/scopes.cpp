@@ -242,7 +242,8 @@ void bind_reconcile_functions_here(const ExtensionObjects &objects)
 	Statement *unbound = statement_for(
 	    "scopes:unbound", objects.scopes, objects.scopes_name,
 	    "SELECT 1 FROM %s WHERE reconcile_function IS NOT NULL "
-	    "AND reconcile_bound_in IS DISTINCT FROM $1 LIMIT 1",
+	    "AND (reconcile_bound_in IS NULL "
+	    "OR reconcile_bound_in OPERATOR(pg_catalog.<>) $1) LIMIT 1",
 	    1, types);
 	if (SPI_execute_plan(unbound->plan, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "pg_idem: reading idem_scopes failed");
@@ -253,7 +254,8 @@ void bind_reconcile_functions_here(const ExtensionObjects &objects)
 	    "UPDATE %s SET reconcile_function_oid = "
 	    "pg_catalog.to_regprocedure(reconcile_function)::pg_catalog.oid, "
 	    "reconcile_bound_in = $1 "
-	    "WHERE reconcile_function IS NOT NULL AND reconcile_bound_in IS DISTINCT FROM $1 "
+	    "WHERE reconcile_function IS NOT NULL AND (reconcile_bound_in IS NULL "
+	    "OR reconcile_bound_in OPERATOR(pg_catalog.<>) $1) "
 	    "AND pg_catalog.to_regprocedure(reconcile_function) IS NOT NULL",
 	    1, types);
 	if (SPI_execute_plan(bind->plan, values, NULL, false, 0) != SPI_OK_UPDATE)

@@ -20,7 +20,7 @@
 _pg_idem_scripts=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 if [ -n "${PG_IDEM_PG_BIN:-}" ]; then
 	PG_BIN=$PG_IDEM_PG_BIN
-	PG_VERSION=${PG_IDEM_PG_VERSION:-$("$PG_BIN/pg_config" --version 2>/dev/null |
+	PG_VERSION=${PG_IDEM_PG_VERSION:-$({ "$PG_BIN/pg_config" --version 2>/dev/null || true; } |
 		sed -E 's/^PostgreSQL ([0-9]+).*/\1/')}
 	PG_VERSION=${PG_VERSION:-15}
 else
@@ -51,10 +51,10 @@ install_packages() {
 	# clang: the JIT bitcode of Debian's 15 (its PGXS wants clang-14 and
 	# llvm-14) and the reliability suite's libFuzzer target (libclang-rt).
 	bookworm) wanted="build-essential clang-14 llvm-14 libclang-rt-14-dev" ;;
-	# The Debian 13 chroot (scripts/servers 17). Its PGXS wants clang-19
-	# and llvm-19 for the JIT bitcode; pg_make leaves the bitcode out when
-	# LLVM's tools are missing, and only clang is installed, for libFuzzer.
-	trixie) wanted="g++ make clang-19 libclang-rt-19-dev" ;;
+	# The Debian 13 chroot (scripts/servers 17): clang-19 and llvm-19 for
+	# its PGXS's JIT bitcode (pg_make leaves the bitcode out without them)
+	# and libFuzzer.
+	trixie) wanted="g++ make clang-19 llvm-19 libclang-rt-19-dev" ;;
 	*)
 		echo "install_packages: Debian 12 (bookworm) or 13 (trixie) expected, not '$codename'" >&2
 		return 1

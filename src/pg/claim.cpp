@@ -561,7 +561,7 @@ text *transfer_text(text *t)
 Claim finish_spi(Claim c)
 {
 	if (c.result != 0)
-		c.result = PointerGetDatum(SPI_datumTransfer(c.result, false, -1));
+		c.result = SPI_datumTransfer(c.result, false, -1);
 	c.last_error = transfer_text(c.last_error);
 	c.fingerprint = transfer_text(c.fingerprint);
 	SPI_finish();

@@ -35,6 +35,7 @@ extern "C" {
 #include "utils/snapmgr.h"
 }
 
+#include "pg/compat.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/purge_vacuum.hpp"
 #include "pg/settings.hpp"
@@ -71,7 +72,7 @@ VacuumPlan plan_vacuum()
 	double scale = opts && opts->vacuum_scale_factor >= 0 ? opts->vacuum_scale_factor
 							      : autovacuum_vac_scale;
 	PgStat_StatTabEntry *stats = pgstat_fetch_stat_tabentry(plan.records);
-	plan.due = stats && double(stats->n_dead_tuples) > threshold + scale * reltuples;
+	plan.due = stats && double(compat::dead_tuples(stats)) > threshold + scale * reltuples;
 
 	plan.cost_delay = opts && opts->vacuum_cost_delay >= 0 ? opts->vacuum_cost_delay
 		: autovacuum_vac_cost_delay >= 0		    ? autovacuum_vac_cost_delay
@@ -127,7 +128,7 @@ void vacuum_records_if_due()
 	VacuumCostLimit = plan.cost_limit;
 	PG_TRY();
 	{
-		vacuum(relations, &params, NULL, true);
+		compat::vacuum(relations, &params, vacuum_context, true);
 	}
 	PG_FINALLY();
 	{

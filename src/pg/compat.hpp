@@ -151,14 +151,44 @@ inline IndexScanDesc index_beginscan(Relation heapRelation, Relation indexRelati
 #endif
 }
 
-// [16] vacuum() gained MemoryContext vac_context, its cross-transaction
-// memory, which it made itself under PortalContext before (PortalContext
-// must be set then). vac_context must outlive the call; the caller frees it.
+// [16] VACOPT_PROCESS_MAIN: without it VACUUM processes only the TOAST
+// table. Before 16 the main table was always processed, as if it were set.
+#if PG_VERSION_NUM >= 160000
+constexpr bits32 vacopt_process_main = VACOPT_PROCESS_MAIN;
+#else
+constexpr bits32 vacopt_process_main = 0;
+#endif
+
+// [17, 18] VacuumParams gained fields: toast_parent (17 and 18's minor
+// releases; InvalidOid, as VACUUM sets it, which a value-initialised
+// VacuumParams already has) and max_eager_freeze_failure_rate (18), which
+// VACUUM and autovacuum take from the GUC (a table's reloption overrides it
+// inside vacuum_rel). 0 would switch eager scanning off. Call this on a
+// value-initialised VacuumParams.
+inline void set_vacuum_params_added_after_15(VacuumParams *params)
+{
+#if PG_VERSION_NUM >= 180000
+	params->max_eager_freeze_failure_rate = vacuum_max_eager_freeze_failure_rate;
+#else
+	(void)params;
+#endif
+}
+
+// [16] vacuum() gained MemoryContext vac_context (its cross-transaction
+// memory, which it made itself under PortalContext before), and no longer
+// makes a buffer ring when given a NULL strategy: NULL now means no limit on
+// shared buffers. So, as VACUUM and autovacuum do since 16, make the ring of
+// vacuum_buffer_usage_limit here, in vac_context. Before 16, vacuum() makes
+// both itself (PortalContext must be set). vac_context must outlive the call;
+// the caller frees it.
 inline void vacuum(List *relations, VacuumParams *params, MemoryContext vac_context,
 		   bool isTopLevel)
 {
 #if PG_VERSION_NUM >= 160000
-	::vacuum(relations, params, NULL, vac_context, isTopLevel);
+	MemoryContext caller = MemoryContextSwitchTo(vac_context);
+	BufferAccessStrategy strategy = GetAccessStrategyWithSize(BAS_VACUUM, VacuumBufferUsageLimit);
+	MemoryContextSwitchTo(caller);
+	::vacuum(relations, params, strategy, vac_context, isTopLevel);
 #else
 	(void)vac_context;
 	::vacuum(relations, params, NULL, isTopLevel);

@@ -21,8 +21,8 @@ extern "C" {
 }
 
 #include "core/record_key.hpp"
-#include "pg/compat.hpp"
 #include "pg/claim_wait.hpp"
+#include "pg/compat.hpp"
 
 #include <cstring>
 

@@ -40,8 +40,8 @@ extern "C" {
 }
 
 #include "core/claim_rules.hpp"
-#include "pg/compat.hpp"
 #include "pg/claim_wait.hpp"
+#include "pg/compat.hpp"
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/as_owner.hpp"

@@ -83,8 +83,8 @@ extern "C" {
 }
 
 #include "core/record_key.hpp"
-#include "pg/compat.hpp"
 #include "pg/as_owner.hpp"
+#include "pg/compat.hpp"
 #include "pg/guard.hpp"
 #include "pg/scope_grants.hpp"
 #include "pg/settings.hpp"

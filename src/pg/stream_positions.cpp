@@ -235,8 +235,8 @@ Step advance_once(Relation rel, Relation pkey, const StreamPart &sp, int64 posit
 			TM_FailureData failure;
 			LockTupleMode lockmode;
 			ItemPointerData old = slot->tts_tid;
-			switch (idem::compat::heap_update(rel, &old, row, GetCurrentCommandId(true), InvalidSnapshot,
-					    true, &failure, &lockmode)) {
+			switch (idem::compat::heap_update(rel, &old, row, GetCurrentCommandId(true),
+							  InvalidSnapshot, true, &failure, &lockmode)) {
 			case TM_Ok:
 				if (!HeapTupleIsHeapOnly(row))
 					index_insert(pkey, key, key_nulls, &row->t_self, rel,

@@ -51,7 +51,17 @@ REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
 ISOLATION = try_insert_race try_insert_row_race versioned_update_race claim_begin_race claim_token claim_wait claim_lease claim_fingerprint claim_max_attempts claim_reconcile claim_disconnect configure_refresh scope_revoke purge_race stream_advance_race duplicate_cache_race duplicate_cache_begin_race duplicate_cache_truncate duplicate_cache_fill_race
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=$(EXTENSION)
 
-PG_CONFIG ?= /usr/lib/postgresql/15/bin/pg_config
+# The PostgreSQL to build for: its pg_config (scripts/lib.sh passes the one
+# of the server under test, as pg_config is often not on PATH).
+PG_CONFIG ?= pg_config
+SUPPORTED_MAJORS = 15 17 18
+PG_MAJOR := $(shell $(PG_CONFIG) --version 2>/dev/null | sed -E 's/^PostgreSQL ([0-9]+).*/\1/')
+ifeq ($(PG_MAJOR),)
+$(error $(PG_CONFIG) does not run: set PG_CONFIG to the pg_config of a PostgreSQL $(SUPPORTED_MAJORS))
+endif
+ifeq ($(filter $(PG_MAJOR),$(SUPPORTED_MAJORS)),)
+$(error pg_idem supports PostgreSQL $(SUPPORTED_MAJORS); $(PG_CONFIG) is PostgreSQL $(PG_MAJOR))
+endif
 IDEM_CXXFLAGS = -std=c++17 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
 # PostgreSQL 15 headers use `register`, which C++17 removed.
 PG_IDEM_HEADER_FLAGS = -Wno-register

@@ -22,6 +22,7 @@ extern "C" {
 
 #include "core/record_key.hpp"
 #include "pg/claim_wait.hpp"
+#include "pg/compat.hpp"
 
 #include <cstring>
 

@@ -27,6 +27,7 @@ extern "C" {
 
 #include "core/record_key.hpp"
 #include "pg/as_owner.hpp"
+#include "pg/compat.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"

@@ -15,6 +15,7 @@ CORE_OBJS = \
 OBJS = $(CORE_OBJS) \
 	src/pg/module.o \
 	src/pg/extension_objects.o \
+	src/pg/relation_invalidation.o \
 	src/pg/records.o \
 	src/pg/try_insert.o \
 	src/pg/scopes.o \

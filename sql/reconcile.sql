@@ -79,6 +79,27 @@ SELECT status FROM idem_begin('pay', 'o-5', lease => '1 microsecond');
 INSERT INTO charges VALUES ('o-5');
 SELECT * FROM idem_reconcile() WHERE scope IN ('gone', 'pay') ORDER BY scope, key;
 
+-- Replaced by another function of the same name: still refused, as the
+-- scope is bound to the OID the function had.
+CREATE FUNCTION soon_gone(scope text, key text) RETURNS boolean LANGUAGE sql AS 'SELECT false';
+SELECT status FROM idem_begin('gone', 'g2', lease => '1 microsecond');
+SELECT * FROM idem_reconcile('gone') ORDER BY key;
+
+-- After pg_upgrade or a restore, OIDs are another cluster's (function OIDs
+-- are not kept): the scope finds its function by the signature it keeps,
+-- and idem_reconcile binds it to its OID here. Simulated by making the
+-- binding look like another cluster's, in a new session (no cached
+-- settings).
+SELECT reconcile_function FROM idem_scopes WHERE scope = 'pay';
+UPDATE idem_scopes SET reconcile_function_oid = 1, reconcile_bound_in = 42 WHERE scope = 'pay';
+\c
+SELECT status FROM idem_begin('pay', 'o-6', lease => '1 microsecond');
+INSERT INTO charges VALUES ('o-6');
+SELECT * FROM idem_reconcile('pay') ORDER BY key;
+SELECT reconcile_function_oid = 'charge_happened(text,text)'::regprocedure AS bound_again,
+       reconcile_bound_in = (pg_control_system()).system_identifier AS bound_here
+FROM idem_scopes WHERE scope = 'pay';
+
 -- Bad input.
 SELECT * FROM idem_reconcile(NULL, 0);
 \echo :LAST_ERROR_SQLSTATE

@@ -80,6 +80,14 @@ SELECT idem_try_insert('upgrade', 'in-flight');
 UPDATE idem_records SET status = 'in_progress', lease_expires_at = now() + interval '1 hour',
                         holder_pid = 1, holder_started_at = now()
 WHERE key = 'in-flight';
+-- A scope with a reconciliation function as 0.2 kept it: a regprocedure,
+-- which pg_upgrade refuses (function OIDs are not kept). Written by hand,
+-- as the 0.3 library configures only 0.3's scopes.
+CREATE FUNCTION upgrade_happened(scope text, key text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+INSERT INTO idem_scopes (scope, reconcile_function, configured_by, configured_at)
+VALUES ('upgrade-rec', 'upgrade_happened(text,text)', current_user::regrole, now());
+SELECT idem_configure('upgrade-rec', ttl => '1 hour');
+\echo :LAST_ERROR_SQLSTATE
 -- The update says which roles lose their grants on the replaced functions,
 -- and how to grant the new ones.
 ALTER EXTENSION pg_idem UPDATE TO '0.3';
@@ -90,6 +98,12 @@ SELECT status, claim_token IS NOT NULL AS held_by_an_unknown_token FROM idem_rec
 SELECT status, attempt, token FROM idem_begin('upgrade', 'in-flight');
 SELECT idem_complete('upgrade', 'in-flight', NULL);
 \echo :LAST_ERROR_SQLSTATE
+-- The update keeps the reconciliation function by its signature, and
+-- idem_reconcile finds and calls it.
+SELECT scope, reconcile_function, pg_typeof(reconcile_function) FROM idem_scopes
+WHERE scope = 'upgrade-rec';
+SELECT status FROM idem_begin('upgrade-rec', 'r', lease => '1 microsecond');
+SELECT scope, key, outcome FROM idem_reconcile('upgrade-rec');
 SET ROLE regress_idem_consumer;
 SELECT status FROM idem_begin('upgrade', 'after');
 \echo :LAST_ERROR_SQLSTATE

@@ -244,3 +244,25 @@ BEGIN
     END IF;
 END
 $$;
+
+-- ---------------------------------------------------------------------------
+-- pg_upgrade (src/pg/scopes.cpp, src/pg/reconcile.cpp). pg_upgrade refuses
+-- a table with a regprocedure column: function OIDs are not kept across
+-- the upgrade. So a scope keeps its reconciliation function by its
+-- schema-qualified signature, which survives the upgrade (and pg_dump),
+-- and beside it the OID it was bound to and the cluster where that OID
+-- means it (pg_control's system identifier). In that cluster the function
+-- is called by OID, so one dropped and replaced by another of the same name
+-- is refused, as before. In another (after pg_upgrade or a restore) it is
+-- found by its signature, and idem_reconcile binds it there again.
+-- ---------------------------------------------------------------------------
+
+ALTER TABLE @extschema@.idem_scopes
+    ADD COLUMN reconcile_function_oid oid,
+    ADD COLUMN reconcile_bound_in bigint;
+
+-- Found by signature until the first idem_reconcile binds it (the system
+-- identifier is not readable in SQL without superuser rights).
+ALTER TABLE @extschema@.idem_scopes ALTER COLUMN reconcile_function TYPE text
+    USING (pg_catalog.pg_identify_object('pg_catalog.pg_proc'::pg_catalog.regclass,
+                                         reconcile_function, 0)).identity;

@@ -174,6 +174,7 @@ extern "C" {
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
 #include "pg/records.hpp"
+#include "pg/relation_invalidation.hpp"
 #include "pg/settings.hpp"
 
 #include <cstring>
@@ -979,7 +980,7 @@ void end_own_change_on_abort(SubXactEvent event, SubTransactionId, SubTransactio
 	}
 }
 
-void forget_guard_verdict(Datum, Oid relid)
+void forget_guard_verdict(Oid relid)
 {
 	if (relid == InvalidOid || relid == guard_relid) {
 		guard_verdict = -1;
@@ -1001,7 +1002,7 @@ void cache_register_hooks()
 	object_access_hook = note_emptying;
 	RegisterXactCallback(bump_at_commit, NULL);
 	RegisterSubXactCallback(end_own_change_on_abort, NULL);
-	CacheRegisterRelcacheCallback(forget_guard_verdict, 0);
+	on_relation_invalidation(forget_guard_verdict);
 	CacheRegisterSyscacheCallback(PROCOID, forget_guard_verdict_of_functions, 0);
 }
 

@@ -20,6 +20,7 @@ extern "C" {
 }
 
 #include "pg/extension_objects.hpp"
+#include "pg/relation_invalidation.hpp"
 
 #include <initializer_list>
 
@@ -48,7 +49,7 @@ Oid function_without_arguments(const char *name, Oid schema)
 			       PointerGetDatum(buildoidvector(NULL, 0)), ObjectIdGetDatum(schema));
 }
 
-void forget(Datum, Oid relid)
+void forget(Oid relid)
 {
 	if (relid == InvalidOid || relid == objects.records || relid == objects.scopes ||
 	    relid == objects.streams || relid == objects.scope_grants) {
@@ -96,6 +97,9 @@ const ExtensionObjects &extension_objects()
 	found.streams = get_relname_relid("idem_streams", schema);
 	found.streams_pkey = get_relname_relid("idem_streams_pkey", schema);
 	found.scope_grants = get_relname_relid("idem_scope_grants", schema);
+	// 0.3's SQL keeps reconciliation functions by signature, for pg_upgrade.
+	found.scopes_by_signature = OidIsValid(found.scopes) &&
+				    get_attnum(found.scopes, "reconcile_bound_in") != InvalidAttrNumber;
 	found.status_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
 					    CStringGetDatum("idem_status"), ObjectIdGetDatum(schema));
 	// idem_streams came with 0.2: a database still on 0.1's SQL has none,
@@ -152,7 +156,7 @@ bool leading_columns_as_installed(TupleDesc desc, const InstalledColumn *columns
 
 void extension_objects_register_callbacks()
 {
-	CacheRegisterRelcacheCallback(forget, 0);
+	on_relation_invalidation(forget);
 	CacheRegisterSyscacheCallback(NAMESPACEOID, forget_names, 0);
 }
 

@@ -18,6 +18,7 @@ struct ExtensionObjects {
 	Oid streams;	     // idem_streams
 	Oid streams_pkey;    // its primary key, on (stream, part)
 	Oid scope_grants;    // idem_scope_grants, InvalidOid before 0.3's SQL
+	bool scopes_by_signature; // idem_scopes.reconcile_function is a signature (0.3's SQL)
 	Oid owner;	     // the owner of idem_records: the extension's owner
 	Oid status_type;     // idem_status and its labels
 	Oid status_in_progress;

@@ -75,6 +75,14 @@ int test_cache_fill_lock = 0;
 
 extern "C" void _PG_init(void)
 {
+	// pg_upgrade restores the schema into a new server started in
+	// binary-upgrade mode, preloading what the user's settings preload. A
+	// purge worker connecting then makes the restore fail ("database is
+	// being accessed by other users"), and nothing of pg_idem is needed
+	// until the upgrade is over: start nothing, hook nothing (as pg_cron).
+	if (IsBinaryUpgrade)
+		return;
+
 	DefineCustomIntVariable("pg_idem.default_ttl",
 				"Lifetime of an idempotency record when neither the call nor its "
 				"scope gives one.",

@@ -38,6 +38,7 @@ extern "C" {
 }
 
 #include "pg/plan_cache.hpp"
+#include "pg/relation_invalidation.hpp"
 
 #include <cstring>
 
@@ -62,7 +63,7 @@ List *retired = NIL;
 bool stale_to_drop = false;
 LocalTransactionId last_lookup_in = InvalidLocalTransactionId;
 
-void invalidate_relation(Datum, Oid relid)
+void invalidate_relation(Oid relid)
 {
 	invalidations++;
 	stale_to_drop = true;
@@ -77,7 +78,7 @@ void invalidate_relation(Datum, Oid relid)
 	}
 }
 
-void invalidate_all(Datum, int, uint32) { invalidate_relation(0, InvalidOid); }
+void invalidate_all(Datum, int, uint32) { invalidate_relation(InvalidOid); }
 
 void free_statement(Statement *st)
 {
@@ -193,7 +194,7 @@ Statement *statement_for(const char *signature, Oid relid, const char *table_nam
 
 void plan_cache_register_callbacks()
 {
-	CacheRegisterRelcacheCallback(invalidate_relation, 0);
+	on_relation_invalidation(invalidate_relation);
 	CacheRegisterSyscacheCallback(NAMESPACEOID, invalidate_all, 0);
 }
 

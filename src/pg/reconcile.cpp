@@ -163,6 +163,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_reconcile)
 	const idem::ExtensionObjects &objects = idem::extension_objects();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
+	idem::bind_reconcile_functions_here(objects);
 
 	// Only scopes with a reconciliation function: claims nothing can settle
 	// must not take the places of those that can.
@@ -231,7 +232,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_reconcile)
 		Candidate &c = candidates[i];
 		idem::ScopeSettings settings = idem::scope_settings(c.scope);
 		const char *outcome;
-		if (!OidIsValid(settings.reconcile_function)) {
+		if (!settings.has_reconciler) {
 			outcome = "no_reconciler";
 		} else if (!idem::reconcile_function_fits(settings.reconcile_function)) {
 			// Dropped or replaced since idem_configure: skip this scope's

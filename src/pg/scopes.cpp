@@ -10,6 +10,7 @@ extern "C" {
 
 #include "access/htup_details.h"
 #include "access/table.h"
+#include "access/xlog.h"
 #include "catalog/pg_proc.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
@@ -34,6 +35,7 @@ extern "C" {
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/records.hpp"
+#include "pg/relation_invalidation.hpp"
 #include "pg/scope_grants.hpp"
 #include "pg/scopes.hpp"
 #include "pg/settings.hpp"
@@ -56,7 +58,7 @@ constexpr long max_cached_scopes = 10000;
 
 // Invalidation callbacks may not touch catalogs or free what a caller may be
 // using: mark the cache stale, and drop it at the next safe point.
-void mark_stale(Datum, Oid relid)
+void mark_stale(Oid relid)
 {
 	if (relid == InvalidOid || relid == cache_scopes_relid)
 		cache_stale = true;
@@ -82,12 +84,26 @@ HTAB *scope_cache()
 
 Statement *settings_statement(const ExtensionObjects &objects)
 {
-	Oid types[] = {TEXTOID};
+	// The reconciliation function by the OID it was bound to, in the cluster
+	// where that OID means it ($2); elsewhere by its signature (0 when no
+	// function has it: refused, as a dropped one).
+	Oid types[] = {TEXTOID, INT8OID};
+	if (!objects.scopes_by_signature) // 0.2's SQL or older: a regprocedure
+		return statement_for("scopes:select:0.2", objects.scopes, objects.scopes_name,
+				     "SELECT ttl, lease, max_attempts, on_fingerprint_mismatch, "
+				     "reconcile_function, takeover_on_disconnect, configured_by "
+				     "FROM %s WHERE scope OPERATOR(pg_catalog.=) $1 AND $2 IS NOT NULL",
+				     2, types);
 	return statement_for("scopes:select", objects.scopes, objects.scopes_name,
 			     "SELECT ttl, lease, max_attempts, on_fingerprint_mismatch, "
-			     "reconcile_function, takeover_on_disconnect, configured_by "
+			     "CASE WHEN reconcile_function IS NULL THEN NULL "
+			     "WHEN reconcile_bound_in OPERATOR(pg_catalog.=) $2 "
+			     "THEN reconcile_function_oid "
+			     "ELSE COALESCE(pg_catalog.to_regprocedure(reconcile_function)::pg_catalog.oid, "
+			     "0) END, "
+			     "takeover_on_disconnect, configured_by "
 			     "FROM %s WHERE scope OPERATOR(pg_catalog.=) $1",
-			     1, types);
+			     2, types);
 }
 
 ScopeSettings read_settings(const ExtensionObjects &objects, text *scope)
@@ -103,7 +119,7 @@ ScopeSettings read_settings(const ExtensionObjects &objects, text *scope)
 	// not the transaction's. A REPEATABLE READ transaction would otherwise
 	// read (and keep in the cache, whose invalidation it has just taken in)
 	// settings that a commit since its start replaced.
-	Datum values[] = {PointerGetDatum(scope)};
+	Datum values[] = {PointerGetDatum(scope), Int64GetDatum(int64(GetSystemIdentifier()))};
 	int rc = SPI_execute_snapshot(settings_statement(objects)->plan, values, NULL,
 				      GetLatestSnapshot(), InvalidSnapshot, true, false, 1);
 	if (rc != SPI_OK_SELECT)
@@ -125,7 +141,7 @@ ScopeSettings read_settings(const ExtensionObjects &objects, text *scope)
 		if (!isnull)
 			s.mismatch_is_error = strcmp(TextDatumGetCString(d), "status") != 0;
 		d = SPI_getbinval(row, desc, 5, &isnull);
-		if (!isnull)
+		if ((s.has_reconciler = !isnull))
 			s.reconcile_function = DatumGetObjectId(d);
 		d = SPI_getbinval(row, desc, 6, &isnull);
 		if (!isnull)
@@ -217,7 +233,38 @@ Interval scope_ttl(const ScopeSettings &settings)
 	return ttl;
 }
 
-void scopes_register_callbacks() { CacheRegisterRelcacheCallback(mark_stale, 0); }
+void bind_reconcile_functions_here(const ExtensionObjects &objects)
+{
+	if (!objects.scopes_by_signature)
+		return;
+	Oid types[] = {INT8OID};
+	Datum values[] = {Int64GetDatum(int64(GetSystemIdentifier()))};
+	Statement *unbound = statement_for(
+	    "scopes:unbound", objects.scopes, objects.scopes_name,
+	    "SELECT 1 FROM %s WHERE reconcile_function IS NOT NULL "
+	    "AND (reconcile_bound_in IS NULL "
+	    "OR reconcile_bound_in OPERATOR(pg_catalog.<>) $1) LIMIT 1",
+	    1, types);
+	if (SPI_execute_plan(unbound->plan, values, NULL, true, 1) != SPI_OK_SELECT)
+		elog(ERROR, "pg_idem: reading idem_scopes failed");
+	if (SPI_processed == 0)
+		return;
+	Statement *bind = statement_for(
+	    "scopes:bind", objects.scopes, objects.scopes_name,
+	    "UPDATE %s SET reconcile_function_oid = "
+	    "pg_catalog.to_regprocedure(reconcile_function)::pg_catalog.oid, "
+	    "reconcile_bound_in = $1 "
+	    "WHERE reconcile_function IS NOT NULL AND (reconcile_bound_in IS NULL "
+	    "OR reconcile_bound_in OPERATOR(pg_catalog.<>) $1) "
+	    "AND pg_catalog.to_regprocedure(reconcile_function) IS NOT NULL",
+	    1, types);
+	if (SPI_execute_plan(bind->plan, values, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "pg_idem: binding reconciliation functions failed");
+	if (SPI_processed > 0)
+		CacheInvalidateRelcacheByRelid(objects.scopes);
+}
+
+void scopes_register_callbacks() { on_relation_invalidation(mark_stale); }
 
 bool reconcile_function_fits(Oid func)
 {
@@ -328,10 +375,16 @@ IDEM_SQL_FUNCTION(idem_configure)
 		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 			errmsg("%s: this database has pg_idem 0.1's SQL objects", fn),
 			errhint("Run ALTER EXTENSION pg_idem UPDATE."));
+	const idem::ExtensionObjects &objects = idem::extension_objects();
+	if (!objects.scopes_by_signature)
+		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			errmsg("%s: this database has the SQL of pg_idem 0.2 or older, and the "
+			       "library is 0.3",
+			       fn),
+			errhint("Run ALTER EXTENSION pg_idem UPDATE."));
 	if (!PG_ARGISNULL(5))
 		idem::check_reconcile_function(fn, PG_GETARG_OID(5), configured_by);
 
-	const idem::ExtensionObjects &objects = idem::extension_objects();
 	// What SECURITY DEFINER would do, once configured_by is known: run as
 	// the table's owner, restricted, until the end of the write. An error
 	// restores the caller's identity with the transaction's abort.
@@ -350,27 +403,38 @@ IDEM_SQL_FUNCTION(idem_configure)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	char *sql = psprintf(
 	    "INSERT INTO %s AS s (scope, ttl, lease, max_attempts, on_fingerprint_mismatch, "
-	    "reconcile_function, takeover_on_disconnect, configured_by, configured_at) "
-	    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, pg_catalog.now()) "
+	    "reconcile_function, takeover_on_disconnect, configured_by, configured_at, "
+	    "reconcile_function_oid, reconcile_bound_in) "
+	    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, pg_catalog.now(), $9, $10) "
 	    "ON CONFLICT (scope) DO UPDATE SET ttl = EXCLUDED.ttl, lease = EXCLUDED.lease, "
 	    "max_attempts = EXCLUDED.max_attempts, "
 	    "on_fingerprint_mismatch = EXCLUDED.on_fingerprint_mismatch, "
 	    "reconcile_function = EXCLUDED.reconcile_function, "
 	    "takeover_on_disconnect = EXCLUDED.takeover_on_disconnect, "
-	    "configured_by = EXCLUDED.configured_by, configured_at = EXCLUDED.configured_at "
+	    "configured_by = EXCLUDED.configured_by, configured_at = EXCLUDED.configured_at, "
+	    "reconcile_function_oid = EXCLUDED.reconcile_function_oid, "
+	    "reconcile_bound_in = EXCLUDED.reconcile_bound_in "
 	    "RETURNING s.*",
 	    objects.scopes_name);
-	Oid types[] = {TEXTOID, INTERVALOID, INTERVALOID, INT4OID, TEXTOID, REGPROCEDUREOID, BOOLOID,
-		       REGROLEOID};
-	Datum values[8];
-	char nulls[8];
+	// The function by its signature, which survives pg_upgrade, and by the
+	// OID it has in this cluster (see bind_reconcile_functions_here).
+	Oid types[] = {TEXTOID, INTERVALOID, INTERVALOID, INT4OID, TEXTOID, TEXTOID,
+		       BOOLOID, REGROLEOID, OIDOID, INT8OID};
+	Datum values[10];
+	char nulls[10];
 	for (int i = 0; i < 7; i++) {
 		values[i] = PG_ARGISNULL(i) ? 0 : PG_GETARG_DATUM(i);
 		nulls[i] = PG_ARGISNULL(i) ? 'n' : ' ';
 	}
+	if (!PG_ARGISNULL(5))
+		values[5] = CStringGetTextDatum(format_procedure_qualified(PG_GETARG_OID(5)));
 	values[7] = ObjectIdGetDatum(configured_by);
 	nulls[7] = ' ';
-	int rc = SPI_execute_with_args(sql, 8, types, values, nulls, false, 1);
+	values[8] = PG_ARGISNULL(5) ? 0 : PG_GETARG_DATUM(5);
+	nulls[8] = nulls[5];
+	values[9] = Int64GetDatum(int64(GetSystemIdentifier()));
+	nulls[9] = nulls[5];
+	int rc = SPI_execute_with_args(sql, 10, types, values, nulls, false, 1);
 	if (rc != SPI_OK_INSERT_RETURNING || SPI_processed != 1)
 		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
 	CacheInvalidateRelcacheByRelid(objects.scopes);

@@ -18,7 +18,8 @@ struct ScopeSettings {
 	int max_attempts;
 	bool mismatch_is_error;
 	bool takeover_on_disconnect;
-	Oid reconcile_function; // InvalidOid when none
+	bool has_reconciler;	// one is configured
+	Oid reconcile_function; // it, InvalidOid if no function has its signature
 	Oid configured_by;
 };
 
@@ -59,6 +60,15 @@ bool reconcile_function_fits(Oid func);
 // replace the function's body at any time, and that body then runs as the
 // role. Checked when a scope is configured and again before every call.
 bool reconciler_runs_safely_as(Oid func, Oid role);
+
+// After pg_upgrade or a restore into another cluster, the OIDs that
+// idem_scopes keeps of reconciliation functions are the old cluster's, and
+// each function is found by its signature until this binds it to its OID
+// here (from then on, one dropped and replaced by another of the same name
+// is refused). Cheap when every function is bound. Needs SPI, as the owner
+// of idem_scopes.
+struct ExtensionObjects;
+void bind_reconcile_functions_here(const ExtensionObjects &objects);
 
 void scopes_register_callbacks();
 

@@ -7,9 +7,9 @@
 # pg_upgrade (copy mode, the default):
 #   0.3  CREATE EXTENSION pg_idem, populated through the API;
 #   0.2  CREATE EXTENSION pg_idem VERSION '0.2', populated with 0.2's API as
-#        far as the 0.3 library serves it (its claims written as 0.2 left
-#        them, as sql/upgrade.sql does), then ALTER EXTENSION pg_idem UPDATE
-#        and a claim of the new version.
+#        far as the 0.3 library serves it (its claims and scopes written as
+#        0.2 left them, as sql/upgrade.sql does), then ALTER EXTENSION
+#        pg_idem UPDATE and a claim of the new version.
 # In both: completed records (idem_try_insert, and a claim completed with a
 # result), a claim in progress with a live lease and its token, a failed and
 # a dead record, stuck claims (expired leases) in scopes with a reconciler,
@@ -103,17 +103,20 @@ sub as_role
 
 # pg_idem's tables, each as sorted JSON rows: what the upgrade must carry
 # over unchanged. Generic over the columns, so it holds whatever form a
-# release gives them.
+# release gives them; but not the OID a scope's reconciliation function is
+# bound to and the cluster where it was bound (function OIDs and the system
+# identifier change in an upgrade: idem_reconcile binds it again).
 sub snapshot
 {
 	my ($node) = @_;
 	my @parts;
 	for my $table (qw(idem_records idem_scopes idem_streams idem_scope_grants))
 	{
+		my $row = "to_jsonb(t) - 'reconcile_function_oid' - 'reconcile_bound_in'";
 		push @parts,
 		  "$table:\n"
 		  . sql($node,
-			"SELECT string_agg(to_jsonb(t)::text, E'\\n' ORDER BY to_jsonb(t)::text)
+			"SELECT string_agg(($row)::text, E'\\n' ORDER BY ($row)::text)
 			 FROM public.$table t");
 	}
 	return join("\n", @parts);
@@ -204,9 +207,11 @@ sub populate_0_2
 {
 	my ($node) = @_;
 	setup_common($node);
-	# 0.2's claim functions took the attempt number; the 0.3 library refuses
-	# them, so the claims are written as 0.2 left them (as sql/upgrade.sql
-	# does): a record by idem_try_insert, then its claim columns.
+	# The 0.3 library refuses 0.2's claim functions (they took the attempt
+	# number) and idem_configure (0.2 kept the reconciliation function as a
+	# regprocedure, which pg_upgrade refuses): the claims and the scopes are
+	# written as 0.2 left them, as sql/upgrade.sql does. A claim is a record
+	# by idem_try_insert, then its claim columns.
 	sql($node, q{
 CREATE EXTENSION pg_idem VERSION '0.2';
 GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval),
@@ -214,9 +219,12 @@ GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval),
     idem_complete(text, text, integer, jsonb),
     idem_advance(text, integer, bigint, integer), idem_position(text, integer)
 TO consumer, stranger;
-SELECT idem_configure('orders', ttl => '30 days', lease => '1 hour', max_attempts => 3,
-                      reconcile_function => 'public.payment_made(text, text)');
-SELECT idem_configure('refunds', reconcile_function => 'public.payment_made(text, text)');
+INSERT INTO idem_scopes (scope, ttl, lease, max_attempts, reconcile_function,
+                         configured_by, configured_at)
+VALUES ('orders', '30 days', '1 hour', 3, 'public.payment_made(text, text)',
+        current_user::regrole, now()),
+       ('refunds', NULL, NULL, NULL, 'public.payment_made(text, text)',
+        current_user::regrole, now());
 SELECT count(*) FILTER (WHERE idem_try_insert('orders', 'msg-' || i)) FROM generate_series(1, 100) i;
 SELECT idem_try_insert('orders', k)
 FROM unnest(ARRAY['paid', 'retry-me', 'poison', 'stuck-paid', 'stuck-unpaid', 'in-flight-0.2']) k;
@@ -313,6 +321,12 @@ sub check_upgraded
 			  WHERE key IN ('stuck-paid', 'stuck-unpaid')}),
 		'stuck-paid:completed,stuck-unpaid:failed',
 		"$tag: and records its answers");
+	is( sql($node,
+			q{SELECT string_agg(scope, ',' ORDER BY scope) FROM idem_scopes
+			  WHERE reconcile_function_oid = 'public.payment_made(text, text)'::regprocedure
+			    AND reconcile_bound_in = (SELECT system_identifier FROM pg_control_system())}),
+		'orders,refunds',
+		"$tag: the scopes' reconciler is bound to the function's OID in the new cluster");
 
 	note "$tag: stream positions";
 	is( as_role($node, 'consumer',
@@ -407,11 +421,12 @@ sub upgrade_case
 		'--retain');
 	my $output_dir = $new->data_dir . '/pg_upgrade_output.d';
 
-	my $checked = $new->command_ok([ @upgrade, '--check' ], "$tag: pg_upgrade --check");
+	# (run_log, not command_ok, which does not say whether it passed.)
+	my $checked = ok($new->run_log([ @upgrade, '--check' ]), "$tag: pg_upgrade --check");
 	show_upgrade_logs($output_dir) unless $checked;
 	return if $check_only || !$checked;
 
-	my $upgraded = $new->command_ok(\@upgrade, "$tag: pg_upgrade");
+	my $upgraded = ok($new->run_log(\@upgrade), "$tag: pg_upgrade");
 	show_upgrade_logs($output_dir) unless $upgraded;
 	return unless $upgraded;
 

@@ -16,6 +16,11 @@ LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
 WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem');
 CREATE TEMP TABLE fresh AS SELECT * FROM members;
+-- The count differs with the server: since PostgreSQL 16 the row type of
+-- each of the extension's tables and views, and its array type, are members
+-- too (40 members on 15, 60 on 16 and later: expected/upgrade_1.out). The
+-- comparisons below between a new install and an upgrade hold on every
+-- version.
 SELECT count(*) AS members_of_a_new_install FROM fresh;
 -- The columns of its tables and of idem_claim, in order.
 CREATE TEMP VIEW columns AS

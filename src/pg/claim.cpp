@@ -59,6 +59,7 @@ extern "C" {
 }
 
 #include "core/claim_rules.hpp"
+#include "pg/compat.hpp"
 #include "pg/claim_wait.hpp"
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
@@ -228,7 +229,7 @@ bool holder_alive(int pid, TimestampTz started_at)
 	pgstat_clear_backend_activity_snapshot();
 	int n = pgstat_fetch_stat_numbackends();
 	for (int i = 1; i <= n; i++) {
-		LocalPgBackendStatus *entry = pgstat_fetch_stat_local_beentry(i);
+		LocalPgBackendStatus *entry = pgstat_get_local_beentry_by_index(i);
 		if (entry != NULL && entry->backendStatus.st_procpid == pid)
 			return entry->backendStatus.st_proc_start_timestamp == started_at;
 	}
@@ -561,7 +562,7 @@ text *transfer_text(text *t)
 Claim finish_spi(Claim c)
 {
 	if (c.result != 0)
-		c.result = PointerGetDatum(SPI_datumTransfer(c.result, false, -1));
+		c.result = SPI_datumTransfer(c.result, false, -1);
 	c.last_error = transfer_text(c.last_error);
 	c.fingerprint = transfer_text(c.fingerprint);
 	SPI_finish();

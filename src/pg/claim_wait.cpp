@@ -21,6 +21,7 @@ extern "C" {
 }
 
 #include "core/record_key.hpp"
+#include "pg/compat.hpp"
 #include "pg/claim_wait.hpp"
 
 #include <cstring>

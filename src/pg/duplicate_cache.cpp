@@ -170,6 +170,7 @@ extern "C" {
 
 #include "core/claim_rules.hpp"
 #include "core/record_key.hpp"
+#include "pg/compat.hpp"
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"

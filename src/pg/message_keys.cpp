@@ -19,6 +19,7 @@ extern "C" {
 }
 
 #include "core/message_key.hpp"
+#include "pg/compat.hpp"
 #include "pg/guard.hpp"
 
 #include <cstring>

@@ -37,6 +37,7 @@ extern "C" {
 #include "utils/syscache.h"
 }
 
+#include "pg/compat.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/relation_invalidation.hpp"
 
@@ -134,9 +135,9 @@ Statement *statement_lookup(const char *signature, size_t signature_len, Oid rel
 {
 	if (statements == NULL)
 		create_table();
-	if (MyProc->lxid != last_lookup_in) {
+	if (compat::my_local_transaction_id() != last_lookup_in) {
 		free_unused();
-		last_lookup_in = MyProc->lxid;
+		last_lookup_in = compat::my_local_transaction_id();
 	}
 
 	uint64 hash = hash_bytes_extended(reinterpret_cast<const unsigned char *>(signature),

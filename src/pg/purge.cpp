@@ -214,7 +214,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_purge_status)
 	HeapTuple row = SPI_tuptable->vals[0];
 	values[9] = SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull);
 	Datum age = SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &nulls[10]);
-	values[10] = nulls[10] ? 0 : PointerGetDatum(SPI_datumTransfer(age, false, sizeof(Interval)));
+	values[10] = nulls[10] ? 0 : SPI_datumTransfer(age, false, sizeof(Interval));
 	values[11] = SPI_getbinval(row, SPI_tuptable->tupdesc, 3, &isnull);
 	SPI_finish();
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));

@@ -13,12 +13,15 @@
 //     block consumers; the next inserts reuse the empty pages anyway;
 //   - throttled like autovacuum (the table's autovacuum_vacuum_cost_delay
 //     and _limit, else autovacuum's GUCs), so it does not starve consumers;
-//   - not when autovacuum is switched off for the table.
+//   - not when autovacuum is switched off for the table;
+//   - in a ring of vacuum_buffer_usage_limit shared buffers, as VACUUM and
+//     autovacuum use, so it does not push consumers' pages out of the cache.
 // VACUUM takes a SHARE UPDATE EXCLUSIVE lock, which conflicts with no
 // consumer's lock, and sets PROC_IN_VACUUM, so it holds back no one's
 // horizon. vacuum() runs its own transactions; it is entered with one open,
-// as from a top-level command, and needs PortalContext for its
-// cross-transaction memory.
+// as from a top-level command, and needs a memory context that outlives
+// them (PortalContext before PostgreSQL 16, its vac_context argument since;
+// see compat::vacuum).
 extern "C" {
 #include "postgres.h"
 
@@ -35,6 +38,7 @@ extern "C" {
 #include "utils/snapmgr.h"
 }
 
+#include "pg/compat.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/purge_vacuum.hpp"
 #include "pg/settings.hpp"
@@ -71,7 +75,7 @@ VacuumPlan plan_vacuum()
 	double scale = opts && opts->vacuum_scale_factor >= 0 ? opts->vacuum_scale_factor
 							      : autovacuum_vac_scale;
 	PgStat_StatTabEntry *stats = pgstat_fetch_stat_tabentry(plan.records);
-	plan.due = stats && double(stats->n_dead_tuples) > threshold + scale * reltuples;
+	plan.due = stats && double(compat::dead_tuples(stats)) > threshold + scale * reltuples;
 
 	plan.cost_delay = opts && opts->vacuum_cost_delay >= 0 ? opts->vacuum_cost_delay
 		: autovacuum_vac_cost_delay >= 0		    ? autovacuum_vac_cost_delay
@@ -107,8 +111,11 @@ void vacuum_records_if_due()
 	MemoryContext old_portal = PortalContext;
 	PortalContext = vacuum_context;
 	MemoryContext caller = MemoryContextSwitchTo(vacuum_context);
-	VacuumParams params;
-	params.options = VACOPT_VACUUM | VACOPT_SKIP_LOCKED | VACOPT_PROCESS_TOAST;
+	// Value-initialised: later versions add fields, and vacuum() must not
+	// read garbage in any of them.
+	VacuumParams params{};
+	params.options = VACOPT_VACUUM | compat::vacopt_process_main | VACOPT_SKIP_LOCKED |
+			 VACOPT_PROCESS_TOAST;
 	params.freeze_min_age = -1;
 	params.freeze_table_age = -1;
 	params.multixact_freeze_min_age = -1;
@@ -118,6 +125,7 @@ void vacuum_records_if_due()
 	params.index_cleanup = VACOPTVALUE_UNSPECIFIED;
 	params.truncate = VACOPTVALUE_DISABLED;
 	params.nworkers = -1;
+	compat::set_vacuum_params_added_after_15(&params);
 	List *relations = list_make1(makeVacuumRelation(NULL, plan.records, NIL));
 	MemoryContextSwitchTo(caller);
 
@@ -127,7 +135,7 @@ void vacuum_records_if_due()
 	VacuumCostLimit = plan.cost_limit;
 	PG_TRY();
 	{
-		vacuum(relations, &params, NULL, true);
+		compat::vacuum(relations, &params, vacuum_context, true);
 	}
 	PG_FINALLY();
 	{

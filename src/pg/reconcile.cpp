@@ -24,6 +24,7 @@ extern "C" {
 
 #include "access/htup_details.h"
 #include "access/xact.h"
+#include "catalog/pg_proc_d.h"
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "fmgr.h"
@@ -39,6 +40,7 @@ extern "C" {
 }
 
 #include "core/claim_rules.hpp"
+#include "pg/compat.hpp"
 #include "pg/claim_wait.hpp"
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
@@ -243,8 +245,8 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_reconcile)
 				       fn, text_to_cstring(c.scope)),
 				errhint("Configure the scope again with idem_configure."));
 			outcome = "no_reconciler";
-		} else if (pg_proc_aclcheck(settings.reconcile_function, settings.configured_by,
-					    ACL_EXECUTE) != ACLCHECK_OK) {
+		} else if (object_aclcheck(ProcedureRelationId, settings.reconcile_function,
+					   settings.configured_by, ACL_EXECUTE) != ACLCHECK_OK) {
 			// idem_configure checked it; a REVOKE since must hold too.
 			ereport(WARNING,
 				errmsg("%s: the role that configured scope \"%s\" may no longer "

@@ -55,6 +55,7 @@ extern "C" {
 }
 
 #include "core/record_key.hpp"
+#include "pg/compat.hpp"
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/plan_cache.hpp"
@@ -111,7 +112,7 @@ bool find_holder(Relation rel, Relation pkey, const RecordRef &ref, TupleTableSl
 	for (;;) {
 		SnapshotData dirty;
 		InitDirtySnapshot(dirty);
-		IndexScanDesc scan = index_beginscan(rel, pkey, &dirty, 1, 0);
+		IndexScanDesc scan = compat::index_beginscan(rel, pkey, &dirty, 1, 0);
 		index_rescan(scan, &skey, 1, NULL, 0);
 		bool found = index_getnext_slot(scan, ForwardScanDirection, slot);
 		TransactionId xwait = !found			      ? InvalidTransactionId
@@ -222,7 +223,7 @@ bool insert_speculatively(const ExtensionObjects &loc, Relation rel, const Recor
 	uint32 token = SpeculativeInsertionLockAcquire(xid);
 	table_tuple_insert_speculative(rel, slot, GetCurrentCommandId(true), 0, NULL, token);
 	bool conflict = false;
-	list_free(ExecInsertIndexTuples(rri, slot, estate, false, true, &conflict, arbiters));
+	list_free(compat::ExecInsertIndexTuples(rri, slot, estate, false, true, &conflict, arbiters));
 	table_tuple_complete_speculative(rel, slot, token, !conflict);
 	SpeculativeInsertionLockRelease(xid);
 

@@ -26,6 +26,7 @@ extern "C" {
 }
 
 #include "core/record_key.hpp"
+#include "pg/compat.hpp"
 #include "pg/as_owner.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"

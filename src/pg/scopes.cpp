@@ -31,6 +31,7 @@ extern "C" {
 }
 
 #include "core/record_key.hpp"
+#include "pg/compat.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
@@ -313,7 +314,7 @@ void check_reconcile_function(const char *fn, Oid func, Oid role)
 			       format_procedure(func)),
 			errhint("It must be a function (scope text, key text) RETURNS boolean that "
 				"says whether the effect happened."));
-	if (pg_proc_aclcheck(func, role, ACL_EXECUTE) != ACLCHECK_OK)
+	if (object_aclcheck(ProcedureRelationId, func, role, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR, errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
 			errmsg("%s: permission denied for function %s", fn, format_procedure(func)));
 	if (!reconciler_runs_safely_as(func, role))

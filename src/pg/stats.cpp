@@ -20,10 +20,11 @@
 // - Each entry's mutex, a spinlock, protects its counters. Adding to them or
 //   reading them needs the LWLock in either mode (so that the entry cannot
 //   vanish) and the mutex, held for a few instructions.
-// - Backend slots. Every backend (by its BackendId) has a slot in shared
-//   memory, written by it alone, with the counts of the last
-//   slot_scopes scopes it counted, each tagged with the key of the entry
-//   its counts belong to (its own, or the "other" entry it was routed to).
+// - Backend slots. Every backend has a slot in shared memory, at its
+//   0-based backend number (compat::my_backend_index), written by it
+//   alone, with the counts of the last slot_scopes scopes it counted,
+//   each tagged with the key of the entry its counts belong to (its own,
+//   or the "other" entry it was routed to).
 //   A count is an addition to the backend's own slot, between two
 //   increments of the slot's changecount (odd while it writes), as
 //   PgBackendStatus is written: no lock, no atomic operation, no cache line
@@ -41,7 +42,7 @@
 //   clears them at its next count. A count made while a reset runs may be
 //   lost with the rest; it happened as good as before the reset.
 // - A backend that exits leaves its slot as it is: its counts still show,
-//   and the next backend with its BackendId moves them to their entries
+//   and the next backend with its number moves them to their entries
 //   before it counts anything.
 // - Nothing that can raise an error runs under a spinlock; under the LWLock
 //   only hash searches, except that idem_stats() pallocs its copy under
@@ -70,7 +71,6 @@ extern "C" {
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "port/atomics.h"
-#include "storage/backendid.h"
 #include "storage/fd.h"
 #include "storage/ipc.h"
 #include "storage/lwlock.h"
@@ -83,6 +83,7 @@ extern "C" {
 }
 
 #include "core/record_key.hpp"
+#include "pg/compat.hpp"
 #include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
 #include "pg/scope_grants.hpp"
@@ -147,7 +148,7 @@ struct SharedStats {
 	int scopes;			 // entries with a scope
 	int others;			 // "other" entries of a database
 	pg_atomic_uint32 generation; // bumped by every reset
-	int slots;			 // backend slots, one per BackendId
+	int slots;			 // backend slots, one per backend number
 	Size slot_size;			 // the slots are slot_size apart
 	Entry all_databases;		 // the last resort, dbid InvalidOid
 };
@@ -176,7 +177,7 @@ char *slots_area = NULL;
 // This process's slot: what it has adopted, and the scope (not routed)
 // each of its scopes[] counts, in the same order.
 struct OwnSlot {
-	BackendSlot *slot; // NULL until adopted (or no BackendId)
+	BackendSlot *slot; // NULL until adopted (or no backend number)
 	uint32 generation;
 	int next_evicted; // round robin over scopes[] once full
 	Key counted[slot_scopes];
@@ -312,7 +313,7 @@ void move_to_entry(SlotScope *scope)
 	memset(scope->counts, 0, sizeof scope->counts);
 }
 
-// Under the LWLock: makes our BackendId's slot ours, in generation `gen`.
+// Under the LWLock: makes our backend number's slot ours, in generation `gen`.
 // Counts a previous owner left in this generation move to their entries;
 // those of an earlier generation were reset.
 void adopt(BackendSlot *slot, uint32 gen)
@@ -366,8 +367,8 @@ void add(Oid dbid, const char *scope, size_t len, const int64 *counts)
 		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 		entry = route(&key, true);
 	}
-	BackendSlot *slot =
-	    MyBackendId >= 1 && MyBackendId <= shared->slots ? slot_at(MyBackendId - 1) : NULL;
+	int index = compat::my_backend_index();
+	BackendSlot *slot = index >= 0 && index < shared->slots ? slot_at(index) : NULL;
 	if (slot == NULL) {
 		add_counts(entry, counts);
 		LWLockRelease(shared->lock);

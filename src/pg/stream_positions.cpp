@@ -45,6 +45,7 @@ extern "C" {
 }
 
 #include "core/replay_window.hpp"
+#include "pg/compat.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
@@ -190,7 +191,7 @@ bool find_part(Relation rel, Relation pkey, Snapshot snapshot, const StreamPart 
 			       pkey->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(sp.stream));
 	ScanKeyEntryInitialize(&keys[1], 0, col_part, BTEqualStrategyNumber, InvalidOid,
 			       InvalidOid, F_INT4EQ, Int32GetDatum(sp.part));
-	IndexScanDesc scan = index_beginscan(rel, pkey, snapshot, 2, 0);
+	IndexScanDesc scan = idem::compat::index_beginscan(rel, pkey, snapshot, 2, 0);
 	index_rescan(scan, keys, 2, NULL, 0);
 	bool found = index_getnext_slot(scan, ForwardScanDirection, slot);
 	index_endscan(scan);
@@ -234,7 +235,7 @@ Step advance_once(Relation rel, Relation pkey, const StreamPart &sp, int64 posit
 			TM_FailureData failure;
 			LockTupleMode lockmode;
 			ItemPointerData old = slot->tts_tid;
-			switch (heap_update(rel, &old, row, GetCurrentCommandId(true), InvalidSnapshot,
+			switch (idem::compat::heap_update(rel, &old, row, GetCurrentCommandId(true), InvalidSnapshot,
 					    true, &failure, &lockmode)) {
 			case TM_Ok:
 				if (!HeapTupleIsHeapOnly(row))

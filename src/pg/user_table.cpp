@@ -5,6 +5,7 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_namespace_d.h"
 #include "catalog/pg_type_d.h"
 #include "lib/stringinfo.h"
 #include "miscadmin.h"
@@ -16,6 +17,7 @@ extern "C" {
 #include "utils/rel.h"
 }
 
+#include "pg/compat.hpp"
 #include "pg/user_table.hpp"
 
 #include <cstring>
@@ -34,7 +36,7 @@ void lock_target_table(const char *fn, Oid relid)
 			errmsg("%s: \"%s\" is not a table", fn, get_rel_name(relid)),
 			errdetail("Only ordinary and partitioned tables can be targets."));
 	Oid schema = get_rel_namespace(relid);
-	if (pg_namespace_aclcheck(schema, GetUserId(), ACL_USAGE) != ACLCHECK_OK)
+	if (object_aclcheck(NamespaceRelationId, schema, GetUserId(), ACL_USAGE) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_SCHEMA, get_namespace_name(schema));
 }
 

@@ -26,9 +26,11 @@
 # Parametrised by the two installations, skipped without them:
 #   PG_IDEM_UPGRADE_OLD_BIN   bin directory of the old PostgreSQL
 #   PG_IDEM_UPGRADE_NEW_BIN   bin directory of the new PostgreSQL
-#   PG_IDEM_UPGRADE_CHECK_ONLY=1  stop after pg_upgrade --check (for a new
+#   PG_IDEM_UPGRADE_CHECK_ONLY=1  stop after pg_upgrade --check, for a new
 #                             version that cannot restore the old one's
-#                             catalogs, see ../../../shared/PORTING.md)
+#                             schema (18.6 from Debian's 15.20, whose column
+#                             option pg_attver it does not know)
+#   PG_IDEM_UPGRADE_PORT      the first of the four ports to use
 # pg_idem must be installed in both. test/upgrade/run sets all this up.
 #
 # The purge workers do not reconcile in the old cluster

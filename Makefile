@@ -46,9 +46,12 @@ UPGRADES = src/$(EXTENSION)--0.1--0.2.sql src/$(EXTENSION)--0.2--0.3.sql
 DATA = src/$(EXTENSION)--0.1.sql $(UPGRADES)
 DATA_built = $(EXTENSION)--$(EXTVERSION).sql
 
-REGRESS = records_table privileges scope_grants try_insert try_insert_row versioned_update claim configure reconcile purge message_keys stream_positions stats duplicate_cache upgrade
-REGRESS_OPTS = --inputdir=. --load-extension=$(EXTENSION)
-ISOLATION = try_insert_race try_insert_row_race versioned_update_race claim_begin_race claim_token claim_wait claim_lease claim_fingerprint claim_max_attempts claim_reconcile claim_disconnect configure_refresh scope_revoke purge_race stream_advance_race duplicate_cache_race duplicate_cache_begin_race duplicate_cache_truncate duplicate_cache_fill_race
+# The tests, by convention: every test/sql/NAME.sql (expected output in
+# test/expected/NAME.out) and every test/isolation/specs/NAME.spec (in
+# test/isolation/expected), in alphabetical order. Each file stands alone.
+REGRESS = $(patsubst test/sql/%.sql,%,$(sort $(wildcard test/sql/*.sql)))
+REGRESS_OPTS = --inputdir=test --load-extension=$(EXTENSION)
+ISOLATION = $(patsubst test/isolation/specs/%.spec,%,$(sort $(wildcard test/isolation/specs/*.spec)))
 ISOLATION_OPTS = --inputdir=test/isolation --load-extension=$(EXTENSION)
 
 # The PostgreSQL to build for: its pg_config (scripts/lib.sh passes the one

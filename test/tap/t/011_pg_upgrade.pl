@@ -8,7 +8,7 @@
 #   0.3  CREATE EXTENSION pg_idem, populated through the API;
 #   0.2  CREATE EXTENSION pg_idem VERSION '0.2', populated with 0.2's API as
 #        far as the 0.3 library serves it (its claims and scopes written as
-#        0.2 left them, as sql/upgrade.sql does), then ALTER EXTENSION
+#        0.2 left them, as test/sql/upgrade.sql does), then ALTER EXTENSION
 #        pg_idem UPDATE and a claim of the new version.
 # In both: completed records (idem_try_insert, and a claim completed with a
 # result), a claim in progress with a live lease and its token, a failed and
@@ -226,7 +226,7 @@ sub populate_0_2
 	# The 0.3 library refuses 0.2's claim functions (they took the attempt
 	# number) and idem_configure (0.2 kept the reconciliation function as a
 	# regprocedure, which pg_upgrade refuses): the claims and the scopes are
-	# written as 0.2 left them, as sql/upgrade.sql does. A claim is a record
+	# written as 0.2 left them, as test/sql/upgrade.sql does. A claim is a record
 	# by idem_try_insert, then its claim columns.
 	sql($node, q{
 CREATE EXTENSION pg_idem VERSION '0.2';

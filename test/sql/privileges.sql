@@ -83,3 +83,4 @@ SELECT idem_revoke('rights', 'regress_idem_worker') AS scope_revoked;
 
 DROP OWNED BY regress_idem_worker;
 DROP ROLE regress_idem_worker;
+DELETE FROM idem_records WHERE scope = 'rights';

@@ -1,10 +1,12 @@
 -- idem_reconcile and the operator tools: idem_in_flight, idem_dead_letters,
 -- idem_retry, idem_forget.
+
 -- The token of a claim in progress, read from the table as a superuser
 -- may: these tests are about other things than who holds a claim
--- (sql/claim.sql carries tokens as an application does).
+-- (test/sql/claim.sql carries tokens as an application does).
 CREATE OR REPLACE FUNCTION regress_token(s text, k text) RETURNS uuid
 LANGUAGE sql AS $$ SELECT claim_token FROM idem_records WHERE scope = s AND key = k $$;
+
 -- The business system knows which charges happened.
 CREATE TABLE charges (order_id text PRIMARY KEY);
 INSERT INTO charges VALUES ('o-2');
@@ -13,244 +15,75 @@ $$ SELECT CASE WHEN key = 'o-3' THEN NULL   -- the payment API is down: don't kn
                ELSE EXISTS (SELECT 1 FROM charges WHERE order_id = key) END $$;
 SELECT scope FROM idem_configure('pay', max_attempts => 2,
                                  reconcile_function => 'charge_happened(text,text)');
- scope 
--------
- pay
-(1 row)
 
 -- Four claims whose holders crashed: their leases have run out. (Scope
 -- "other" has no reconciler: reconciliation does not look at it.)
 SELECT key, status, attempt
 FROM unnest(ARRAY['o-1', 'o-2', 'o-3']) AS k(key),
      LATERAL idem_begin('pay', k.key, lease => '1 microsecond');
- key |  status  | attempt 
------+----------+---------
- o-1 | acquired |       1
- o-2 | acquired |       1
- o-3 | acquired |       1
-(3 rows)
-
 SELECT status FROM idem_begin('other', 'x', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 -- ...and one live claim, which reconciliation must not touch.
 SELECT status FROM idem_begin('pay', 'o-4', lease => '1 hour');
-  status  
-----------
- acquired
-(1 row)
 
 SELECT scope, key, attempt, lease_expired, holder_alive, holder_pid = pg_backend_pid() AS mine
 FROM idem_in_flight ORDER BY scope, key;
- scope | key | attempt | lease_expired | holder_alive | mine 
--------+-----+---------+---------------+--------------+------
- other | x   |       1 | t             | t            | t
- pay   | o-1 |       1 | t             | t            | t
- pay   | o-2 |       1 | t             | t            | t
- pay   | o-3 |       1 | t             | t            | t
- pay   | o-4 |       1 | f             | t            | t
-(5 rows)
 
 SELECT * FROM idem_reconcile() ORDER BY scope, key;
- scope | key | attempt |  outcome  
--------+-----+---------+-----------
- pay   | o-1 |       1 | failed
- pay   | o-2 |       1 | completed
- pay   | o-3 |       1 | unknown
-(3 rows)
-
 SELECT scope, key, status, attempts, last_error FROM idem_records ORDER BY scope, key;
- scope | key |   status    | attempts |              last_error               
--------+-----+-------------+----------+---------------------------------------
- other | x   | in_progress |        1 | 
- pay   | o-1 | failed      |        1 | reconciled: the effect did not happen
- pay   | o-2 | completed   |        1 | 
- pay   | o-3 | in_progress |        1 | 
- pay   | o-4 | in_progress |        1 | 
-(5 rows)
-
 -- Reconciling again changes nothing new; max_rows and scope narrow it.
 SELECT * FROM idem_reconcile('pay', 1);
- scope | key | attempt | outcome 
--------+-----+---------+---------
- pay   | o-3 |       1 | unknown
-(1 row)
-
 SELECT * FROM idem_reconcile('nothing-here');
- scope | key | attempt | outcome 
--------+-----+---------+---------
-(0 rows)
 
 -- What the states mean to the next consumer.
 SELECT key, status, attempt FROM unnest(ARRAY['o-1', 'o-2']) AS k(key),
        LATERAL idem_begin('pay', k.key);
- key |  status   | attempt 
------+-----------+---------
- o-1 | acquired  |       2
- o-2 | completed |       1
-(2 rows)
-
 -- o-1 failed and was claimed again (attempt 2); failing it uses up the attempts.
 SELECT idem_fail('pay', 'o-1', regress_token('pay', 'o-1'), 'card declined');
- idem_fail 
------------
- dead
-(1 row)
-
 SELECT scope, key, attempts, last_error FROM idem_dead_letters;
- scope | key | attempts |  last_error   
--------+-----+----------+---------------
- pay   | o-1 |        2 | card declined
-(1 row)
 
 -- Requeue the dead letter: attempts keep counting (fencing), with 2 more.
 SELECT idem_retry('pay', 'o-1') AS requeued, idem_retry('pay', 'o-2') AS not_dead;
- requeued | not_dead 
-----------+----------
- t        | f
-(1 row)
-
 SELECT status, attempt FROM idem_begin('pay', 'o-1');
-  status  | attempt 
-----------+---------
- acquired |       3
-(1 row)
-
 SELECT count(*) FROM idem_dead_letters;
- count 
--------
-     0
-(1 row)
 
 -- A retried dead letter lives a full TTL from the retry: one whose TTL had
 -- run out is not purged (with its attempt count) before its next claim.
 SELECT scope FROM idem_configure('short', ttl => '1 minute');
- scope 
--------
- short
-(1 row)
-
 SELECT status FROM idem_begin('short', 'd');
-  status  
-----------
- acquired
-(1 row)
-
 SELECT idem_fail('short', 'd', regress_token('short', 'd'), 'gave up', false);
- idem_fail 
------------
- dead
-(1 row)
-
 UPDATE idem_records SET recorded_at = recorded_at - interval '2 hours',
        expires_at = expires_at - interval '2 hours' WHERE scope = 'short';
 SELECT idem_retry('short', 'd') AS requeued;
- requeued 
-----------
- t
-(1 row)
-
 SELECT expires_at - recorded_at AS ttl, recorded_at > now() - interval '10 minutes' AS recorded_now
 FROM idem_records WHERE scope = 'short';
-   ttl   | recorded_now 
----------+--------------
- @ 1 min | t
-(1 row)
-
 SELECT idem_purge() AS purged;
- purged 
---------
-      0
-(1 row)
-
 SELECT status, attempt FROM idem_begin('short', 'd');
-  status  | attempt 
-----------+---------
- acquired |       2
-(1 row)
 
 -- Forget a record: the next message with this key is new.
 SELECT idem_forget('pay', 'o-2') AS forgotten, idem_forget('pay', 'o-2') AS again;
- forgotten | again 
------------+-------
- t         | f
-(1 row)
-
 SELECT status, attempt FROM idem_begin('pay', 'o-2');
-  status  | attempt 
-----------+---------
- acquired |       1
-(1 row)
 
 -- A claim in progress cannot be forgotten: its holder's attempt would be
 -- handed out again.
 SELECT idem_forget('pay', 'o-2');
-ERROR:  idem_forget: key "o-2" in scope "pay" is in progress
-DETAIL:  Forgetting it would let its holder's late completion land on a new claim.
-HINT:  Let its lease expire and reconcile it, or record it with idem_fail, then forget it.
 \echo :LAST_ERROR_SQLSTATE
-55000
 SELECT status, attempts FROM idem_records WHERE scope = 'pay' AND key = 'o-2';
-   status    | attempts 
--------------+----------
- in_progress |        1
-(1 row)
 
 -- A reconciliation function dropped after configuring: that scope is
 -- reported, with a warning, and the rest of the run goes on.
 CREATE FUNCTION soon_gone(scope text, key text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
 SELECT scope FROM idem_configure('gone', reconcile_function => 'soon_gone(text,text)');
- scope 
--------
- gone
-(1 row)
-
 DROP FUNCTION soon_gone(text, text);
 SELECT status FROM idem_begin('gone', 'g', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 SELECT status FROM idem_begin('pay', 'o-5', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 INSERT INTO charges VALUES ('o-5');
 SELECT * FROM idem_reconcile() WHERE scope IN ('gone', 'pay') ORDER BY scope, key;
-WARNING:  idem_reconcile: the reconciliation function of scope "gone" no longer exists or no longer fits
-HINT:  Configure the scope again with idem_configure.
- scope | key | attempt |    outcome    
--------+-----+---------+---------------
- gone  | g   |       1 | no_reconciler
- pay   | o-3 |       1 | unknown
- pay   | o-5 |       1 | completed
-(3 rows)
 
 -- Replaced by another function of the same name: still refused, as the
 -- scope is bound to the OID the function had.
 CREATE FUNCTION soon_gone(scope text, key text) RETURNS boolean LANGUAGE sql AS 'SELECT false';
 SELECT status FROM idem_begin('gone', 'g2', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 SELECT * FROM idem_reconcile('gone') ORDER BY key;
-WARNING:  idem_reconcile: the reconciliation function of scope "gone" no longer exists or no longer fits
-HINT:  Configure the scope again with idem_configure.
-WARNING:  idem_reconcile: the reconciliation function of scope "gone" no longer exists or no longer fits
-HINT:  Configure the scope again with idem_configure.
- scope | key | attempt |    outcome    
--------+-----+---------+---------------
- gone  | g   |       1 | no_reconciler
- gone  | g2  |       1 | no_reconciler
-(2 rows)
 
 -- After pg_upgrade or a restore, OIDs are another cluster's (function OIDs
 -- are not kept): the scope finds its function by the signature it keeps,
@@ -258,72 +91,38 @@ HINT:  Configure the scope again with idem_configure.
 -- binding look like another cluster's, in a new session (no cached
 -- settings).
 SELECT reconcile_function FROM idem_scopes WHERE scope = 'pay';
-                   reconcile_function                    
----------------------------------------------------------
- public.charge_happened(pg_catalog.text,pg_catalog.text)
-(1 row)
-
 UPDATE idem_scopes SET reconcile_function_oid = 1, reconcile_bound_in = 42 WHERE scope = 'pay';
 \c
 SELECT status FROM idem_begin('pay', 'o-6', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 INSERT INTO charges VALUES ('o-6');
 SELECT * FROM idem_reconcile('pay') ORDER BY key;
- scope | key | attempt |  outcome  
--------+-----+---------+-----------
- pay   | o-3 |       1 | unknown
- pay   | o-6 |       1 | completed
-(2 rows)
-
 SELECT reconcile_function_oid = 'charge_happened(text,text)'::regprocedure AS bound_again,
        reconcile_bound_in = (pg_control_system()).system_identifier AS bound_here
 FROM idem_scopes WHERE scope = 'pay';
- bound_again | bound_here 
--------------+------------
- t           | t
-(1 row)
 
 -- Bad input.
 SELECT * FROM idem_reconcile(NULL, 0);
-ERROR:  idem_reconcile: max_rows must be at least 1
 \echo :LAST_ERROR_SQLSTATE
-22023
 SELECT idem_retry(NULL, 'k');
-ERROR:  idem_retry: scope must not be null
 \echo :LAST_ERROR_SQLSTATE
-22004
 SELECT idem_forget('pay', '');
-ERROR:  idem_forget: key must not be empty
 \echo :LAST_ERROR_SQLSTATE
-22023
+
 -- Privileges: none of these is open to PUBLIC.
 CREATE ROLE regress_idem_stranger;
 SET ROLE regress_idem_stranger;
 SELECT * FROM idem_reconcile();
-ERROR:  permission denied for function idem_reconcile
 \echo :LAST_ERROR_SQLSTATE
-42501
 SELECT idem_retry('pay', 'o-1');
-ERROR:  permission denied for function idem_retry
 \echo :LAST_ERROR_SQLSTATE
-42501
 SELECT idem_forget('pay', 'o-1');
-ERROR:  permission denied for function idem_forget
 \echo :LAST_ERROR_SQLSTATE
-42501
 SELECT count(*) FROM idem_in_flight;
-ERROR:  permission denied for view idem_in_flight
 \echo :LAST_ERROR_SQLSTATE
-42501
 SELECT count(*) FROM idem_dead_letters;
-ERROR:  permission denied for view idem_dead_letters
 \echo :LAST_ERROR_SQLSTATE
-42501
 RESET ROLE;
+
 -- The reconciliation function runs as the role that configured the scope,
 -- not as the extension owner.
 CREATE TABLE who_asked (role name);
@@ -331,60 +130,19 @@ CREATE FUNCTION record_caller(scope text, key text) RETURNS boolean LANGUAGE sql
 $$ INSERT INTO who_asked VALUES (current_user); SELECT true $$;
 GRANT INSERT ON who_asked TO regress_idem_stranger;
 SELECT idem_grant('audit', 'regress_idem_stranger') AS scope_granted;
- scope_granted 
----------------
- t
-(1 row)
-
 GRANT EXECUTE ON FUNCTION idem_configure(text, interval, interval, integer, text, regprocedure, boolean)
     TO regress_idem_stranger;
 SET ROLE regress_idem_stranger;
 SELECT scope FROM idem_configure('audit', reconcile_function => 'record_caller(text,text)');
- scope 
--------
- audit
-(1 row)
-
 RESET ROLE;
 SELECT status FROM idem_begin('audit', 'a', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 SELECT * FROM idem_reconcile('audit');
- scope | key | attempt |  outcome  
--------+-----+---------+-----------
- audit | a   |       1 | completed
-(1 row)
-
 SELECT * FROM who_asked;
-         role          
------------------------
- regress_idem_stranger
-(1 row)
-
 -- Allowed when configured, but no longer: left as it is, with a warning.
 REVOKE EXECUTE ON FUNCTION record_caller(text, text) FROM PUBLIC;
 SELECT status FROM idem_begin('audit', 'b', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 SELECT * FROM idem_reconcile('audit');
-WARNING:  idem_reconcile: the role that configured scope "audit" may no longer execute its reconciliation function
-HINT:  Grant it EXECUTE again, or configure the scope again.
- scope | key | attempt |    outcome    
--------+-----+---------+---------------
- audit | b   |       1 | no_reconciler
-(1 row)
-
 SELECT count(*) AS calls FROM who_asked;
- calls 
--------
-     1
-(1 row)
 
 -- It runs with a search_path of its own, never the caller's: a function
 -- the caller puts first cannot stand in for a built-in it calls.
@@ -395,80 +153,25 @@ $$ INSERT INTO public.trap_calls VALUES (1) RETURNING 'trapped' $$;
 CREATE FUNCTION key_is_lower(scope text, key text) RETURNS boolean LANGUAGE sql AS
 $$ SELECT lower(key) = key $$;
 SELECT scope FROM idem_configure('trap', reconcile_function => 'key_is_lower(text,text)');
- scope 
--------
- trap
-(1 row)
-
 SELECT status FROM idem_begin('trap', 'k', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 SET search_path = reconcile_trap, public, pg_catalog;
 SELECT * FROM idem_reconcile('trap');
- scope | key | attempt |  outcome  
--------+-----+---------+-----------
- trap  | k   |       1 | completed
-(1 row)
-
 RESET search_path;
 SELECT count(*) AS trapped_calls FROM trap_calls;
- trapped_calls 
----------------
-             0
-(1 row)
-
 DROP SCHEMA reconcile_trap CASCADE;
-NOTICE:  drop cascades to function reconcile_trap.lower(text)
 DROP TABLE trap_calls;
+
 -- A reconciler that raises an error: a warning, its claim reported unknown
 -- and left in progress, and the other scopes' claims settled all the same.
 CREATE FUNCTION payment_api(scope text, key text) RETURNS boolean LANGUAGE plpgsql AS
 $$ BEGIN RAISE EXCEPTION 'payment API unreachable'; END $$;
 SELECT scope FROM idem_configure('raises', reconcile_function => 'payment_api(text,text)');
- scope  
---------
- raises
-(1 row)
-
 SELECT status FROM idem_begin('raises', 'r', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 SELECT status FROM idem_begin('trap', 'later', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 SELECT * FROM idem_reconcile() WHERE scope IN ('raises', 'trap') ORDER BY scope;
-WARNING:  idem_reconcile: the reconciliation function of scope "gone" no longer exists or no longer fits
-HINT:  Configure the scope again with idem_configure.
-WARNING:  idem_reconcile: the reconciliation function of scope "gone" no longer exists or no longer fits
-HINT:  Configure the scope again with idem_configure.
-WARNING:  idem_reconcile: the role that configured scope "audit" may no longer execute its reconciliation function
-HINT:  Grant it EXECUTE again, or configure the scope again.
-WARNING:  idem_reconcile: the reconciliation function of scope "raises" failed for key "r": payment API unreachable
-HINT:  Its claim is reported unknown and left as it is.
- scope  |  key  | attempt |  outcome  
---------+-------+---------+-----------
- raises | r     |       1 | unknown
- trap   | later |       1 | completed
-(2 rows)
-
 SELECT scope, key, status FROM idem_records WHERE scope IN ('raises', 'trap') ORDER BY scope, key;
- scope  |  key  |   status    
---------+-------+-------------
- raises | r     | in_progress
- trap   | k     | completed
- trap   | later | completed
-(3 rows)
-
 DROP FUNCTION key_is_lower(text, text), payment_api(text, text);
+
 -- The function's owner can change its body at any time, and the body runs as
 -- the role that configured the scope: so that owner must already have that
 -- role's privileges. A superuser may not configure a stranger's function...
@@ -478,82 +181,31 @@ CREATE FUNCTION stranger_code.check_payment(scope text, key text) RETURNS boolea
 LANGUAGE sql AS 'SELECT true';
 RESET ROLE;
 SELECT scope FROM idem_configure('escalate', reconcile_function => 'stranger_code.check_payment(text,text)');
-ERROR:  idem_configure: reconciliation function stranger_code.check_payment(text,text) is owned by role "regress_idem_stranger", which does not have the privileges of role "postgres"
-DETAIL:  The function runs as the role that configures the scope, and its owner can change its body at any time.
-HINT:  Configure the scope as the function's owner, or give the function to a role that has the privileges of "postgres".
 \echo :LAST_ERROR_SQLSTATE
-42501
 -- ... and when the owner changes later (or the configuring role is
 -- dropped), the scope's claims are left alone, with a warning.
 SELECT scope FROM idem_configure('escalate', reconcile_function => 'record_caller(text,text)');
-  scope   
-----------
- escalate
-(1 row)
-
 ALTER FUNCTION record_caller(text, text) OWNER TO regress_idem_stranger;
 SELECT status FROM idem_begin('escalate', 'e', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 SELECT * FROM idem_reconcile('escalate');
-WARNING:  idem_reconcile: the reconciliation function of scope "escalate" no longer runs as the role that configured it
-DETAIL:  That role was dropped, or the function's owner does not have its privileges.
-HINT:  Configure the scope again with idem_configure.
-  scope   | key | attempt |    outcome    
-----------+-----+---------+---------------
- escalate | e   |       1 | no_reconciler
-(1 row)
-
 ALTER FUNCTION record_caller(text, text) OWNER TO CURRENT_USER;
 CREATE FUNCTION orphan_check(scope text, key text) RETURNS boolean LANGUAGE sql AS 'SELECT true';
 CREATE ROLE regress_idem_gone;
 GRANT EXECUTE ON FUNCTION idem_configure(text, interval, interval, integer, text, regprocedure, boolean)
     TO regress_idem_gone;
 SELECT idem_grant('orphan', 'regress_idem_gone') AS scope_granted;
- scope_granted 
----------------
- t
-(1 row)
-
 SET ROLE regress_idem_gone;
 SELECT scope FROM idem_configure('orphan', reconcile_function => 'orphan_check(text,text)');
- scope  
---------
- orphan
-(1 row)
-
 RESET ROLE;
 REVOKE ALL ON FUNCTION idem_configure(text, interval, interval, integer, text, regprocedure, boolean)
     FROM regress_idem_gone;
 DROP ROLE regress_idem_gone;
 SELECT status FROM idem_begin('orphan', 'o', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 SELECT * FROM idem_reconcile('orphan');
-WARNING:  idem_reconcile: the reconciliation function of scope "orphan" no longer runs as the role that configured it
-DETAIL:  That role was dropped, or the function's owner does not have its privileges.
-HINT:  Configure the scope again with idem_configure.
- scope  | key | attempt |    outcome    
---------+-----+---------+---------------
- orphan | o   |       1 | no_reconciler
-(1 row)
-
 SELECT scope, key, status FROM idem_records WHERE scope IN ('escalate', 'orphan') ORDER BY scope;
-  scope   | key |   status    
-----------+-----+-------------
- escalate | e   | in_progress
- orphan   | o   | in_progress
-(2 rows)
-
 DROP SCHEMA stranger_code CASCADE;
-NOTICE:  drop cascades to function stranger_code.check_payment(text,text)
 DROP FUNCTION orphan_check(text, text);
+
 REVOKE ALL ON FUNCTION idem_configure(text, interval, interval, integer, text, regprocedure, boolean)
     FROM regress_idem_stranger;
 DELETE FROM idem_records;

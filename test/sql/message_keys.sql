@@ -82,3 +82,4 @@ END $$;
 SELECT length(upper(message)) > 200 AS readable, message LIKE 'idem_key: field "xéé%' AS names_the_field
 FROM key_errors;
 DROP TABLE key_errors;
+DELETE FROM idem_records WHERE scope = 'computed';

@@ -1,165 +1,57 @@
 -- idem_stats and idem_stats_reset: what the functions answered, per scope.
 -- The counters need pg_idem in shared_preload_libraries. This file runs on
--- both kinds of server: expected/stats.out is the preloaded one,
--- expected/stats_1.out the other, where every use of the statistics raises
+-- both kinds of server: test/expected/stats.out is the preloaded one,
+-- test/expected/stats_1.out the other, where every use of the statistics raises
 -- 55000 and the calls themselves work as always.
+
 -- The token of a claim in progress, read from the table as a superuser
 -- may: these tests are about other things than who holds a claim
--- (sql/claim.sql carries tokens as an application does).
+-- (test/sql/claim.sql carries tokens as an application does).
 CREATE OR REPLACE FUNCTION regress_token(s text, k text) RETURNS uuid
 LANGUAGE sql AS $$ SELECT claim_token FROM idem_records WHERE scope = s AND key = k $$;
+
 -- Start from nothing: no records left by other files (the purge below
 -- would count them), no counts.
 DELETE FROM idem_records;
 SELECT idem_stats_reset();
- idem_stats_reset 
-------------------
- 
-(1 row)
-
 \echo :LAST_ERROR_SQLSTATE
-00000
 SELECT count(*) AS rows_after_reset FROM idem_stats WHERE database = current_database();
- rows_after_reset 
-------------------
-                0
-(1 row)
 
 -- idem_try_insert: true is a claim, false a duplicate. A call counts when
 -- it returns, even if its transaction then rolls back.
 SELECT idem_try_insert('stats-a', 'k1'), idem_try_insert('stats-a', 'k1'),
        idem_try_insert('stats-a', 'k2');
- idem_try_insert | idem_try_insert | idem_try_insert 
------------------+-----------------+-----------------
- t               | f               | t
-(1 row)
-
 BEGIN;
 SELECT idem_try_insert('stats-a', 'k3');
- idem_try_insert 
------------------
- t
-(1 row)
-
 ROLLBACK;
+
 -- The claim protocol: acquired, in progress, completed, a takeover of an
 -- expired lease, failures, a dead letter.
 SELECT status, attempt FROM idem_begin('stats-b', 'p1');
-  status  | attempt 
-----------+---------
- acquired |       1
-(1 row)
-
 SELECT status FROM idem_begin('stats-b', 'p1');
-   status    
--------------
- in_progress
-(1 row)
-
 SELECT idem_complete('stats-b', 'p1', regress_token('stats-b', 'p1'));
- idem_complete 
----------------
- 
-(1 row)
-
 SELECT status FROM idem_begin('stats-b', 'p1');
-  status   
------------
- completed
-(1 row)
-
 SELECT status FROM idem_begin('stats-b', 'p2', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 SELECT pg_sleep(0.01);
- pg_sleep 
-----------
- 
-(1 row)
-
 SELECT status, attempt FROM idem_begin('stats-b', 'p2');
-  status  | attempt 
-----------+---------
- acquired |       2
-(1 row)
-
 SELECT idem_fail('stats-b', 'p2', regress_token('stats-b', 'p2'), 'timeout');
- idem_fail 
------------
- failed
-(1 row)
-
 SELECT status FROM idem_begin('stats-b', 'p3');
-  status  
-----------
- acquired
-(1 row)
-
 SELECT idem_fail('stats-b', 'p3', regress_token('stats-b', 'p3'), 'card declined', retryable => false);
- idem_fail 
------------
- dead
-(1 row)
-
 -- A call that raises an error counts nothing.
 SELECT idem_complete('stats-b', 'p1', regress_token('stats-b', 'p1'));
-ERROR:  idem_complete: no token given for key "p1" in scope "stats-b"
-HINT:  Pass the token of idem_begin's 'acquired' answer; only the holder of a claim has one.
 \echo :LAST_ERROR_SQLSTATE
-55000
 -- idem_lookup counts nothing: it is no claim. A release counts nothing
 -- either (its claim was counted when it was acquired).
 SELECT status FROM idem_lookup('stats-b', 'p1');
-  status   
------------
- completed
-(1 row)
-
 SELECT status FROM idem_lookup('stats-b', 'never');
- status 
---------
- absent
-(1 row)
-
 SELECT status FROM idem_begin('stats-b', 'p4');
-  status  
-----------
- acquired
-(1 row)
-
 SELECT idem_release('stats-b', 'p4', regress_token('stats-b', 'p4'));
- idem_release 
---------------
- 
-(1 row)
 
 -- Attempts used up by expired leases: idem_begin marks the record dead.
 SELECT scope FROM idem_configure('stats-e', max_attempts => 1);
-  scope  
----------
- stats-e
-(1 row)
-
 SELECT status FROM idem_begin('stats-e', 'k', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 SELECT pg_sleep(0.01);
- pg_sleep 
-----------
- 
-(1 row)
-
 SELECT status FROM idem_begin('stats-e', 'k');
- status 
---------
- dead
-(1 row)
 
 -- Reconciliation: one effect happened, one did not (and that claim has
 -- no attempts left, so it is also a dead letter).
@@ -167,85 +59,32 @@ CREATE FUNCTION stats_effect_happened(scope text, key text) RETURNS boolean
 LANGUAGE sql AS $$ SELECT key = 'yes' $$;
 SELECT scope FROM idem_configure('stats-c', max_attempts => 1,
                                  reconcile_function => 'stats_effect_happened(text,text)');
-  scope  
----------
- stats-c
-(1 row)
-
 SELECT status FROM idem_begin('stats-c', 'yes', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 SELECT status FROM idem_begin('stats-c', 'no', lease => '1 microsecond');
-  status  
-----------
- acquired
-(1 row)
-
 SELECT pg_sleep(0.01);
- pg_sleep 
-----------
- 
-(1 row)
-
 SELECT key, outcome FROM idem_reconcile('stats-c') ORDER BY key;
- key |  outcome  
------+-----------
- no  | dead
- yes | completed
-(2 rows)
 
 -- The purge counts the records it deleted, per scope.
 SELECT count(*) FROM (
     SELECT idem_try_insert('stats-d', 'k' || g, '1 microsecond') FROM generate_series(1, 5) g) s;
- count 
--------
-     5
-(1 row)
-
 SELECT pg_sleep(0.01);
- pg_sleep 
-----------
- 
-(1 row)
-
 SELECT idem_purge(100);
- idem_purge 
-------------
-          5
-(1 row)
 
 -- The cache counters depend on pg_idem.cache_size: duplicate_cache.sql.
 SELECT scope, claims, duplicates, in_progress, takeovers, completions, failures,
        dead_letters, purged, reconciled,
        stats_since > now() - interval '1 hour' AS recent
 FROM idem_stats WHERE database = current_database() ORDER BY scope;
-  scope  | claims | duplicates | in_progress | takeovers | completions | failures | dead_letters | purged | reconciled | recent 
----------+--------+------------+-------------+-----------+-------------+----------+--------------+--------+------------+--------
- stats-a |      3 |          1 |           0 |         0 |           0 |        0 |            0 |      0 |          0 | t
- stats-b |      5 |          1 |           1 |         1 |           1 |        2 |            1 |      0 |          0 | t
- stats-c |      2 |          0 |           0 |         0 |           0 |        0 |            1 |      0 |          2 | t
- stats-d |      5 |          0 |           0 |         0 |           0 |        0 |            0 |      5 |          0 | t
- stats-e |      1 |          0 |           0 |         0 |           0 |        0 |            1 |      0 |          0 | t
-(5 rows)
 
 -- The view is over a function; both are for the roles they are granted to.
 CREATE ROLE regress_idem_stats_reader;
 SET ROLE regress_idem_stats_reader;
 SELECT count(*) FROM idem_stats;
-ERROR:  permission denied for view idem_stats
 \echo :LAST_ERROR_SQLSTATE
-42501
 SELECT count(*) FROM idem_stats();
-ERROR:  permission denied for function idem_stats
 \echo :LAST_ERROR_SQLSTATE
-42501
 SELECT idem_stats_reset();
-ERROR:  permission denied for function idem_stats_reset
 \echo :LAST_ERROR_SQLSTATE
-42501
 RESET ROLE;
 GRANT SELECT ON idem_stats TO regress_idem_stats_reader;
 GRANT EXECUTE ON FUNCTION idem_stats(), idem_stats_reset() TO regress_idem_stats_reader;
@@ -253,52 +92,21 @@ GRANT EXECUTE ON FUNCTION idem_stats(), idem_stats_reset() TO regress_idem_stats
 -- "other" rows, nor other databases'), and may not reset them all.
 SET ROLE regress_idem_stats_reader;
 SELECT count(*) AS rows_seen FROM idem_stats;
- rows_seen 
------------
-         0
-(1 row)
-
 RESET ROLE;
 SELECT idem_grant('stats-b', 'regress_idem_stats_reader') AS scope_granted;
- scope_granted 
----------------
- t
-(1 row)
-
 SET ROLE regress_idem_stats_reader;
 SELECT scope, claims FROM idem_stats ORDER BY scope;
-  scope  | claims 
----------+--------
- stats-b |      5
-(1 row)
-
 SELECT idem_stats_reset();
-ERROR:  idem_stats_reset: role "regress_idem_stats_reader" may not reset the counters of every scope
-HINT:  Only the owner of pg_idem, or a superuser, resets idem_stats.
 \echo :LAST_ERROR_SQLSTATE
-42501
 RESET ROLE;
 SELECT idem_revoke('stats-b', 'regress_idem_stats_reader') AS scope_revoked;
- scope_revoked 
----------------
- t
-(1 row)
-
 REVOKE ALL ON idem_stats FROM regress_idem_stats_reader;
 REVOKE ALL ON FUNCTION idem_stats(), idem_stats_reset() FROM regress_idem_stats_reader;
 DROP ROLE regress_idem_stats_reader;
+
 -- A reset forgets every row.
 SELECT idem_stats_reset();
- idem_stats_reset 
-------------------
- 
-(1 row)
-
 SELECT count(*) AS rows_after_reset FROM idem_stats WHERE database = current_database();
- rows_after_reset 
-------------------
-                0
-(1 row)
 
 -- A backend counts its last 8 scopes in a slot of its own, and moves the
 -- oldest one's counts to the shared table when it counts a ninth: 12 scopes
@@ -306,48 +114,13 @@ SELECT count(*) AS rows_after_reset FROM idem_stats WHERE database = current_dat
 -- each counted exactly.
 SELECT count(*) FILTER (WHERE idem_try_insert('stats-slot-' || s, (r % 2)::text)) AS claims
 FROM generate_series(1, 3) r, generate_series(1, 12) s;
- claims 
---------
-     24
-(1 row)
-
 SELECT scope, claims, duplicates FROM idem_stats
 WHERE database = current_database() ORDER BY scope;
-     scope     | claims | duplicates 
----------------+--------+------------
- stats-slot-1  |      2 |          1
- stats-slot-10 |      2 |          1
- stats-slot-11 |      2 |          1
- stats-slot-12 |      2 |          1
- stats-slot-2  |      2 |          1
- stats-slot-3  |      2 |          1
- stats-slot-4  |      2 |          1
- stats-slot-5  |      2 |          1
- stats-slot-6  |      2 |          1
- stats-slot-7  |      2 |          1
- stats-slot-8  |      2 |          1
- stats-slot-9  |      2 |          1
-(12 rows)
-
 -- A reset drops what the slot holds too: counting starts again from zero.
 SELECT idem_stats_reset();
- idem_stats_reset 
-------------------
- 
-(1 row)
-
 SELECT idem_try_insert('stats-slot-1', 'after the reset');
- idem_try_insert 
------------------
- t
-(1 row)
-
 SELECT scope, claims, duplicates FROM idem_stats
 WHERE database = current_database() ORDER BY scope;
-    scope     | claims | duplicates 
---------------+--------+------------
- stats-slot-1 |      1 |          0
-(1 row)
 
 DELETE FROM idem_records;
 DELETE FROM idem_scopes;

@@ -20,7 +20,7 @@ FROM idem_records WHERE scope = 'pay';
 -- Completing stores the result; later claims replay it.
 SELECT idem_complete('pay', 'order-1', :'order1', '{"charge": "ch_1", "amount": 42}');
 SELECT status, attempt, result, lease_expires_at, token,
-       expires_at = (SELECT expires_at FROM idem_records WHERE key = 'order-1') AS expires_as_stored
+       expires_at = (SELECT expires_at FROM idem_records WHERE scope = 'pay' AND key = 'order-1') AS expires_as_stored
 FROM idem_begin('pay', 'order-1');
 SELECT status, holder_pid, lease_expires_at, expires_at - recorded_at AS ttl
 FROM idem_records WHERE scope = 'pay' AND key = 'order-1';
@@ -155,9 +155,9 @@ SELECT idem_release('pay', 'order-2', NULL);
 \echo :LAST_ERROR_SQLSTATE
 SELECT idem_release('pay', 'order-2', gen_random_uuid());
 \echo :LAST_ERROR_SQLSTATE
-SELECT idem_fail('pay', 'order-2', (SELECT claim_token FROM idem_records WHERE key = 'order-2'), NULL);
+SELECT idem_fail('pay', 'order-2', (SELECT claim_token FROM idem_records WHERE scope = 'pay' AND key = 'order-2'), NULL);
 \echo :LAST_ERROR_SQLSTATE
-SELECT idem_fail('pay', 'order-2', (SELECT claim_token FROM idem_records WHERE key = 'order-2'), 'x', NULL);
+SELECT idem_fail('pay', 'order-2', (SELECT claim_token FROM idem_records WHERE scope = 'pay' AND key = 'order-2'), 'x', NULL);
 \echo :LAST_ERROR_SQLSTATE
 -- A completed claim's token holds nothing any more.
 SELECT idem_fail('pay', 'order-1', :'order1', 'too late');

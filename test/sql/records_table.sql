@@ -52,3 +52,4 @@ SELECT idem_try_insert('acl', 'k') AS after_recreate;
 DROP ROLE regress_idem_nobody;
 REVOKE ALL ON FUNCTION idem_try_insert(text, text, interval) FROM regress_idem_consumer;
 DROP ROLE regress_idem_consumer;
+DELETE FROM idem_records WHERE scope = 'acl';

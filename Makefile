@@ -1,5 +1,6 @@
 # pg_idem: built with PGXS. `make`, `make install`, `make installcheck`
-# (against a running server), `make unittest` (the C++ core, no server).
+# (against a running server), `make prove_installcheck` (the TAP tests,
+# servers of their own), `make unittest` (the C++ core, no server).
 
 EXTENSION = pg_idem
 EXTVERSION = 0.3
@@ -76,6 +77,22 @@ SHLIB_LINK = -lstdc++
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# TAP tests: test/t/*.pl, with their helpers in test/perl, driven by
+# PostgreSQL's PostgreSQL::Test::Cluster against the installed pg_idem.
+# `make prove_installcheck` runs them as PGXS runs a module's TAP tests
+# (PROVE_TESTS=test/t/004_stats.pl for one, PROVE_FLAGS=--verbose); they
+# start servers of their own, so they run as a user initdb accepts, not as
+# root (scripts/test_tap runs them from root). Not part of `make
+# installcheck`, which runs against the server given.
+PROVE_TESTS ?= test/t/*.pl
+PG_PROVE_FLAGS += -I test/perl
+.PHONY: prove_installcheck
+prove_installcheck:
+ifneq ($(enable_tap_tests),yes)
+	$(error the TAP tests need PostgreSQL::Test::Cluster: $(PG_CONFIG)'s PostgreSQL was configured without --enable-tap-tests)
+endif
+	$(prove_installcheck)
 
 # The JIT bitcode copy of each file must be compiled like the object code.
 override BITCODE_CXXFLAGS += $(IDEM_CXXFLAGS) $(PG_IDEM_HEADER_FLAGS)

@@ -1,4 +1,4 @@
-# Helpers shared by pg_idem's TAP tests (test/tap/t/*.pl).
+# Helpers shared by pg_idem's TAP tests (test/t/*.pl).
 package IdemTap;
 
 use strict;

@@ -16,12 +16,17 @@ LEFT JOIN pg_class c ON d.classid = 'pg_class'::regclass AND c.oid = d.objid
 WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem');
 CREATE TEMP TABLE fresh AS SELECT * FROM members;
--- The count differs with the server: since PostgreSQL 16 the row type of
--- each of the extension's tables and views, and its array type, are members
--- too (40 members on 15, 60 on 16 and later: test/expected/upgrade_1.out). The
--- comparisons below between a new install and an upgrade hold on every
--- version.
-SELECT count(*) AS members_of_a_new_install FROM fresh;
+-- Counted without the types that only PostgreSQL 16 and later make members
+-- (the row type of each table and view, and every array type: 20 more), so
+-- that the count is the same on every version; the comparisons below
+-- between a new install and an upgrade hold with them.
+SELECT count(*) AS members_of_a_new_install
+FROM pg_depend d
+LEFT JOIN pg_type t ON d.classid = 'pg_type'::regclass AND t.oid = d.objid
+LEFT JOIN pg_class c ON c.oid = t.typrelid
+WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
+  AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem')
+  AND NOT coalesce(t.typcategory = 'A' OR c.relkind IN ('r', 'v'), false);
 -- The columns of its tables and of idem_claim, in order.
 CREATE TEMP VIEW columns AS
 SELECT c.relname, a.attnum, a.attname, format_type(a.atttypid, a.atttypmod) AS type

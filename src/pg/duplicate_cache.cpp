@@ -1,5 +1,5 @@
-// The duplicate cache: see duplicate_cache.hpp, and "Duplicate cache" in
-// README.md.
+// The duplicate cache: see duplicate_cache.hpp, and
+// docs/internals/duplicate-cache.md (its design and correctness argument).
 //
 // A wrong "duplicate" drops a message forever, so the cache answers only
 // what the table path would answer, and misses whenever in doubt.
@@ -93,7 +93,7 @@
 // read waits for that commit). A prepared transaction's change leaves its
 // xmax in the tuple, so nothing is cached until it resolves. Plain SQL DML
 // on idem_records (also through a parent table, or replicated) goes
-// through the row triggers below (README): the AFTER one invalidates each
+// through the row triggers below (docs/internals/duplicate-cache.md): the AFTER one invalidates each
 // changed key after its change, and the BEFORE one keeps the changing
 // transaction off the cache until it ends, since it could otherwise meet
 // an entry between a row's change and the end of the statement, when the

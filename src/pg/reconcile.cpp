@@ -1,4 +1,8 @@
 // idem_reconcile(scope, max_rows): settles claims whose lease ran out.
+// reconcile_expired_leases (reconcile.hpp) does it for idem_reconcile and
+// for the purge worker's round alike, in steps: select the candidates, check
+// each scope's function is still usable, ask it, settle, count for
+// idem_stats.
 //
 // For each in-progress record with an expired lease (oldest first, locked
 // with FOR UPDATE SKIP LOCKED so that concurrent reconcilers and late
@@ -48,12 +52,19 @@ extern "C" {
 #include "pg/guard.hpp"
 #include "pg/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
+#include "pg/reconcile.hpp"
 #include "pg/scopes.hpp"
 #include "pg/stats.hpp"
 
 #include <cstring>
 
+namespace idem {
+
 namespace {
+
+// Named in the warnings, whoever runs reconciliation (idem_reconcile, or
+// the purge worker).
+constexpr const char fn[] = "idem_reconcile";
 
 struct Candidate {
 	bytea *id;
@@ -72,7 +83,7 @@ struct Candidate {
 constexpr const char reconciler_search_path[] = "pg_catalog, \"$user\", public, pg_temp";
 
 // Asks fn(scope, key) as `role`. *isnull is set when it does not know.
-bool ask_reconciler(Oid fn, Oid role, text *scope, text *key, bool *isnull)
+bool ask_reconciler(Oid function, Oid role, text *scope, text *key, bool *isnull)
 {
 	Oid saved_user;
 	int saved_context;
@@ -83,7 +94,7 @@ bool ask_reconciler(Oid fn, Oid role, text *scope, text *key, bool *isnull)
 	SetUserIdAndSecContext(role, saved_context | SECURITY_LOCAL_USERID_CHANGE |
 					 SECURITY_RESTRICTED_OPERATION);
 	FmgrInfo flinfo;
-	fmgr_info(fn, &flinfo);
+	fmgr_info(function, &flinfo);
 	LOCAL_FCINFO(call, 2);
 	InitFunctionCallInfoData(*call, &flinfo, 2, InvalidOid, NULL, NULL);
 	call->args[0].value = PointerGetDatum(scope);
@@ -104,8 +115,8 @@ bool ask_reconciler(Oid fn, Oid role, text *scope, text *key, bool *isnull)
 // broken reconciler never stops the claims of other scopes (the error's
 // claim, first in line, would otherwise fail every later run too). A
 // cancel or a shutdown still ends the whole call.
-bool ask_reconciler_in_subtransaction(const char *fn, Oid reconciler, Oid role,
-				      const Candidate &c, bool *unknown)
+bool ask_reconciler_in_subtransaction(Oid reconciler, Oid role, const Candidate &c,
+				      bool *unknown)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	ResourceOwner caller_owner = CurrentResourceOwner;
@@ -143,44 +154,27 @@ bool ask_reconciler_in_subtransaction(const char *fn, Oid reconciler, Oid role,
 	return happened;
 }
 
-} // namespace
 
-// A caller that may not use every scope reconciles only the scopes it may
-// use: the one it names (42501 if not granted), or, without one, those it
-// was granted (the others' claims are neither locked nor reported).
-IDEM_SQL_FUNCTION_AS_OWNER(idem_reconcile)
+// The claims to look at: in progress with an expired lease, of `scope` (or
+// any) among the scopes `caller` may use, oldest lease first, row-locked
+// (SKIP LOCKED), and only in scopes with a reconciliation function: claims
+// nothing can settle must not take the places of those that can. Copied out
+// of SPI before any reconciliation function runs SPI.
+Candidate *select_candidates(const ExtensionObjects &objects, const text *scope, int max_rows,
+			     Oid caller, int *n)
 {
-	static const char fn[] = "idem_reconcile";
-	if (PG_ARGISNULL(1) || PG_GETARG_INT32(1) < 1)
-		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: max_rows must be at least 1", fn));
-	if (!PG_ARGISNULL(0))
-		idem::check_scope(fn, caller, PG_GETARG_TEXT_PP(0));
-	bool every_scope = idem::may_use_every_scope(caller);
-	PreventCommandIfReadOnly(fn);
-	int max_rows = PG_GETARG_INT32(1);
-	InitMaterializedSRF(fcinfo, 0);
-	ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
-
-	const idem::ExtensionObjects &objects = idem::extension_objects();
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "pg_idem: SPI_connect failed");
-	idem::bind_reconcile_functions_here(objects);
-
-	// Only scopes with a reconciliation function: claims nothing can settle
-	// must not take the places of those that can.
 	// Two statements: one for every scope (also on 0.2's SQL, which has no
 	// grants), one that keeps to the caller's ($3).
+	bool every_scope = may_use_every_scope(caller);
 	static const char every_signature[] = "reconcile:select";
 	static const char granted_signature[] = "reconcile:select:granted";
-	idem::Statement *select =
-	    every_scope
-		? idem::statement_lookup(every_signature, sizeof every_signature, objects.records)
-		: idem::statement_lookup(granted_signature, sizeof granted_signature,
-					 objects.records);
-	if (!idem::statement_ready(select)) {
+	Statement *select =
+	    every_scope ? statement_lookup(every_signature, sizeof every_signature, objects.records)
+			: statement_lookup(granted_signature, sizeof granted_signature,
+					   objects.records);
+	if (!statement_ready(select)) {
 		Oid select_types[] = {TEXTOID, INT4OID, OIDOID};
-		idem::statement_prepare(
+		statement_prepare(
 		    select,
 		    psprintf("SELECT r.key_id, r.scope, r.key, r.attempts, r.attempt_base FROM %s r "
 			     "WHERE r.status OPERATOR(pg_catalog.=) 'in_progress' "
@@ -196,16 +190,15 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_reconcile)
 						    objects.schema_name)),
 		    every_scope ? 2 : 3, select_types);
 	}
-	Datum select_values[] = {PG_ARGISNULL(0) ? 0 : PG_GETARG_DATUM(0), Int32GetDatum(max_rows),
+	Datum select_values[] = {PointerGetDatum(scope), Int32GetDatum(max_rows),
 				 ObjectIdGetDatum(caller)};
-	char select_nulls[] = {PG_ARGISNULL(0) ? 'n' : ' ', ' ', ' '};
+	char select_nulls[] = {scope == NULL ? 'n' : ' ', ' ', ' '};
 	if (SPI_execute_plan(select->plan, select_values, select_nulls, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "pg_idem: reconciliation query failed");
 
-	// Copy the candidates out before any reconciliation function runs SPI.
-	int n = int(SPI_processed);
-	Candidate *candidates = static_cast<Candidate *>(palloc0(sizeof(Candidate) * (n + 1)));
-	for (int i = 0; i < n; i++) {
+	*n = int(SPI_processed);
+	Candidate *candidates = static_cast<Candidate *>(palloc0(sizeof(Candidate) * (*n + 1)));
+	for (int i = 0; i < *n; i++) {
 		HeapTuple row = SPI_tuptable->vals[i];
 		TupleDesc desc = SPI_tuptable->tupdesc;
 		bool isnull;
@@ -215,9 +208,126 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_reconcile)
 		candidates[i].attempts = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
 		candidates[i].attempt_base = DatumGetInt32(SPI_getbinval(row, desc, 5, &isnull));
 	}
+	return candidates;
+}
+
+// Whether the scope's reconciliation function may still be asked; warns
+// why not. Dropped, replaced, revoked or no longer vouched for since
+// idem_configure: that scope's claims are skipped rather than the whole
+// run failed.
+bool reconciler_still_usable(const Candidate &c, const ScopeSettings &settings)
+{
+	if (!settings.has_reconciler)
+		return false;
+	if (!reconcile_function_fits(settings.reconcile_function)) {
+		ereport(WARNING,
+			errmsg("%s: the reconciliation function of scope \"%s\" no longer "
+			       "exists or no longer fits",
+			       fn, text_to_cstring(c.scope)),
+			errhint("Configure the scope again with idem_configure."));
+		return false;
+	}
+	if (object_aclcheck(ProcedureRelationId, settings.reconcile_function,
+			    settings.configured_by, ACL_EXECUTE) != ACLCHECK_OK) {
+		// idem_configure checked it; a REVOKE since must hold too.
+		ereport(WARNING,
+			errmsg("%s: the role that configured scope \"%s\" may no longer "
+			       "execute its reconciliation function",
+			       fn, text_to_cstring(c.scope)),
+			errhint("Grant it EXECUTE again, or configure the scope again."));
+		return false;
+	}
+	if (!reconciler_runs_safely_as(settings.reconcile_function, settings.configured_by)) {
+		// Its owner changed, or lost privileges, or the role that
+		// configured the scope was dropped: the body is no longer
+		// vouched for by that role.
+		ereport(WARNING,
+			errmsg("%s: the reconciliation function of scope \"%s\" no longer "
+			       "runs as the role that configured it",
+			       fn, text_to_cstring(c.scope)),
+			errdetail("That role was dropped, or the function's owner does not "
+				  "have its privileges."),
+			errhint("Configure the scope again with idem_configure."));
+		return false;
+	}
+	return true;
+}
+
+// Records the function's answer: completed, or failed (dead when the
+// attempts are used up), fenced on the attempt the select saw.
+ReconcileOutcome settle(const ExtensionObjects &objects, Statement *update, Candidate &c,
+			const ScopeSettings &settings, bool happened)
+{
+	Oid status = objects.status_completed;
+	ReconcileOutcome outcome = ReconcileOutcome::completed;
+	if (!happened) {
+		bool dead = decide_failure(c.attempts, c.attempt_base, settings.max_attempts, true) ==
+			    RecordState::dead;
+		status = dead ? objects.status_dead : objects.status_failed;
+		outcome = dead ? ReconcileOutcome::dead : ReconcileOutcome::failed;
+	}
+	TimestampTz now = GetCurrentTimestamp();
+	// The claim's own ttl, else the scope's.
+	Interval ttl = scope_ttl(settings);
+	Datum values[] = {PointerGetDatum(c.id), Int32GetDatum(c.attempts), ObjectIdGetDatum(status),
+			  TimestampTzGetDatum(now), IntervalPGetDatum(&ttl)};
+	OwnChange own = cache_own_change_begin(c.id);
+	if (SPI_execute_plan(update->plan, values, NULL, false, 0) != SPI_OK_UPDATE)
+		elog(ERROR, "pg_idem: reconciliation update failed");
+	cache_own_change_end(own);
+	// Under the row lock of the select, the fenced update always matches;
+	// should it not, nothing was settled.
+	c.settled = SPI_processed == 1;
+	if (!c.settled)
+		return ReconcileOutcome::unknown;
+	cache_invalidate(c.id);
+	claim_wake_at_commit(c.id);
+	c.dead = status == objects.status_dead;
+	return outcome;
+}
+
+// Counted for idem_stats once nothing can fail any more.
+void count_settled(const Candidate *candidates, int n)
+{
+	StatsTally tally;
+	stats_tally_init(&tally);
+	for (int i = 0; i < n; i++) {
+		if (candidates[i].settled)
+			stats_tally_add(&tally, candidates[i].scope, stat_reconciled);
+		if (candidates[i].dead)
+			stats_tally_add(&tally, candidates[i].scope, stat_dead_letters);
+	}
+	stats_tally_flush(&tally);
+}
+
+} // namespace
+
+const char *reconcile_outcome_name(ReconcileOutcome outcome)
+{
+	switch (outcome) {
+	case ReconcileOutcome::completed:
+		return "completed";
+	case ReconcileOutcome::failed:
+		return "failed";
+	case ReconcileOutcome::dead:
+		return "dead";
+	case ReconcileOutcome::unknown:
+		return "unknown";
+	case ReconcileOutcome::no_reconciler:
+		return "no_reconciler";
+	}
+	pg_unreachable();
+}
+
+int reconcile_expired_leases(const text *scope, int max_rows, Oid caller, Reconciled **rows)
+{
+	const ExtensionObjects &objects = extension_objects();
+	bind_reconcile_functions_here(objects);
+	int n;
+	Candidate *candidates = select_candidates(objects, scope, max_rows, caller, &n);
 
 	Oid update_types[] = {BYTEAOID, INT4OID, objects.status_type, TIMESTAMPTZOID, INTERVALOID};
-	idem::Statement *update = idem::statement_for(
+	Statement *update = statement_for(
 	    "reconcile:update", objects.records, objects.records_name,
 	    "UPDATE %s SET status = $3, recorded_at = $4, "
 	    "expires_at = $4 OPERATOR(pg_catalog.+) COALESCE(ttl, $5), "
@@ -230,98 +340,56 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_reconcile)
 	    "AND attempts OPERATOR(pg_catalog.=) $2",
 	    5, update_types);
 
+	Reconciled *out = static_cast<Reconciled *>(palloc0(sizeof(Reconciled) * (n + 1)));
 	for (int i = 0; i < n; i++) {
 		Candidate &c = candidates[i];
-		idem::ScopeSettings settings = idem::scope_settings(c.scope);
-		const char *outcome;
-		if (!settings.has_reconciler) {
-			outcome = "no_reconciler";
-		} else if (!idem::reconcile_function_fits(settings.reconcile_function)) {
-			// Dropped or replaced since idem_configure: skip this scope's
-			// records rather than fail the whole run.
-			ereport(WARNING,
-				errmsg("%s: the reconciliation function of scope \"%s\" no longer "
-				       "exists or no longer fits",
-				       fn, text_to_cstring(c.scope)),
-				errhint("Configure the scope again with idem_configure."));
-			outcome = "no_reconciler";
-		} else if (object_aclcheck(ProcedureRelationId, settings.reconcile_function,
-					   settings.configured_by, ACL_EXECUTE) != ACLCHECK_OK) {
-			// idem_configure checked it; a REVOKE since must hold too.
-			ereport(WARNING,
-				errmsg("%s: the role that configured scope \"%s\" may no longer "
-				       "execute its reconciliation function",
-				       fn, text_to_cstring(c.scope)),
-				errhint("Grant it EXECUTE again, or configure the scope again."));
-			outcome = "no_reconciler";
-		} else if (!idem::reconciler_runs_safely_as(settings.reconcile_function,
-							    settings.configured_by)) {
-			// Its owner changed, or lost privileges, or the role that
-			// configured the scope was dropped: the body is no longer
-			// vouched for by that role.
-			ereport(WARNING,
-				errmsg("%s: the reconciliation function of scope \"%s\" no longer "
-				       "runs as the role that configured it",
-				       fn, text_to_cstring(c.scope)),
-				errdetail("That role was dropped, or the function's owner does not "
-					  "have its privileges."),
-				errhint("Configure the scope again with idem_configure."));
-			outcome = "no_reconciler";
-		} else {
+		ScopeSettings settings = scope_settings(c.scope);
+		ReconcileOutcome outcome = ReconcileOutcome::no_reconciler;
+		if (reconciler_still_usable(c, settings)) {
 			bool unknown;
 			bool happened = ask_reconciler_in_subtransaction(
-			    fn, settings.reconcile_function, settings.configured_by, c, &unknown);
-			if (unknown) {
-				outcome = "unknown";
-			} else {
-				Oid status = objects.status_completed;
-				outcome = "completed";
-				if (!happened) {
-					bool dead = idem::decide_failure(c.attempts, c.attempt_base,
-									 settings.max_attempts, true) ==
-						    idem::RecordState::dead;
-					status = dead ? objects.status_dead : objects.status_failed;
-					outcome = dead ? "dead" : "failed";
-				}
-				TimestampTz now = GetCurrentTimestamp();
-				// The claim's own ttl, else the scope's.
-				Interval scope_ttl = idem::scope_ttl(settings);
-				Datum values[] = {PointerGetDatum(c.id), Int32GetDatum(c.attempts),
-						  ObjectIdGetDatum(status), TimestampTzGetDatum(now),
-						  IntervalPGetDatum(&scope_ttl)};
-				idem::OwnChange own = idem::cache_own_change_begin(c.id);
-				if (SPI_execute_plan(update->plan, values, NULL, false, 0) !=
-				    SPI_OK_UPDATE)
-					elog(ERROR, "pg_idem: reconciliation update failed");
-				idem::cache_own_change_end(own);
-				// Under the row lock of the select, the fenced update always
-				// matches; should it not, nothing was settled.
-				c.settled = SPI_processed == 1;
-				if (c.settled) {
-					idem::cache_invalidate(c.id);
-					idem::claim_wake_at_commit(c.id);
-				} else {
-					outcome = "unknown";
-				}
-				c.dead = c.settled && status == objects.status_dead;
-			}
+			    settings.reconcile_function, settings.configured_by, c, &unknown);
+			outcome = unknown ? ReconcileOutcome::unknown
+					  : settle(objects, update, c, settings, happened);
 		}
-		Datum out[] = {PointerGetDatum(c.scope), PointerGetDatum(c.key),
-			       Int32GetDatum(c.attempts), CStringGetTextDatum(outcome)};
+		out[i] = Reconciled{c.scope, c.key, c.attempts, outcome};
+	}
+	count_settled(candidates, n);
+	*rows = out;
+	return n;
+}
+
+} // namespace idem
+
+// idem_reconcile(scope, max_rows): a caller that may not use every scope
+// reconciles only the scopes it may use: the one it names (42501 if not
+// granted), or, without one, those it was granted (the others' claims are
+// neither locked nor reported).
+IDEM_SQL_FUNCTION_AS_OWNER(idem_reconcile)
+{
+	static const char fn[] = "idem_reconcile";
+	if (PG_ARGISNULL(1) || PG_GETARG_INT32(1) < 1)
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			errmsg("%s: max_rows must be at least 1", fn));
+	const text *scope = PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0);
+	if (scope != NULL)
+		idem::check_scope(fn, caller, scope);
+	PreventCommandIfReadOnly(fn);
+	int max_rows = PG_GETARG_INT32(1);
+	InitMaterializedSRF(fcinfo, 0);
+	ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pg_idem: SPI_connect failed");
+	idem::Reconciled *rows;
+	int n = idem::reconcile_expired_leases(scope, max_rows, caller, &rows);
+	for (int i = 0; i < n; i++) {
+		Datum out[] = {PointerGetDatum(rows[i].scope), PointerGetDatum(rows[i].key),
+			       Int32GetDatum(rows[i].attempts),
+			       CStringGetTextDatum(idem::reconcile_outcome_name(rows[i].outcome))};
 		bool nulls[] = {false, false, false, false};
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 	}
-
-	// Counted for idem_stats once nothing can fail any more.
-	idem::StatsTally tally;
-	idem::stats_tally_init(&tally);
-	for (int i = 0; i < n; i++) {
-		if (candidates[i].settled)
-			idem::stats_tally_add(&tally, candidates[i].scope, idem::stat_reconciled);
-		if (candidates[i].dead)
-			idem::stats_tally_add(&tally, candidates[i].scope, idem::stat_dead_letters);
-	}
-	idem::stats_tally_flush(&tally);
 	SPI_finish();
 	return (Datum)0;
 }

@@ -17,6 +17,7 @@ OBJS = $(CORE_OBJS) \
 	src/pg/extension_objects.o \
 	src/pg/relation_invalidation.o \
 	src/pg/records.o \
+	src/pg/records_layout.o \
 	src/pg/try_insert.o \
 	src/pg/scopes.o \
 	src/pg/scope_grants.o \
@@ -31,6 +32,8 @@ OBJS = $(CORE_OBJS) \
 	src/pg/purge_yield.o \
 	src/pg/stats.o \
 	src/pg/duplicate_cache.o \
+	src/pg/duplicate_cache_triggers.o \
+	src/pg/duplicate_cache_epochs.o \
 	src/pg/plan_cache.o \
 	src/pg/user_table.o \
 	src/pg/try_insert_row.o \

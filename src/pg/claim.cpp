@@ -770,7 +770,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_begin_0_3)
 	idem::CacheAnswer cache = idem::CacheAnswer::unused;
 	if (idem::cache_usable()) {
 		idem::CachedCompletion done;
-		if (idem::cache_lookup_completed(objects, args.ref, now, args.fingerprint, &done)) {
+		if (idem::cache_lookup_completed(objects, args.ref.id, now, args.fingerprint, &done)) {
 			Claim c;
 			memset(&c, 0, sizeof c);
 			c.status = "completed";

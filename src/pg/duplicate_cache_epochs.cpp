@@ -49,6 +49,7 @@ extern "C" {
 
 #include "pg/duplicate_cache.hpp"
 #include "pg/duplicate_cache_internal.hpp"
+#include "pg/guard.hpp"
 
 #include <cstring>
 
@@ -190,11 +191,23 @@ void bump_at_commit(XactEvent event, void *)
 
 } // namespace
 
+// PostgreSQL calls these through the guard (guard.hpp).
+extern "C" void idem_cache_object_access(ObjectAccessType access, Oid class_id, Oid object_id,
+					 int sub_id, void *arg)
+{
+	guard([&] { note_emptying(access, class_id, object_id, sub_id, arg); });
+}
+
+extern "C" void idem_cache_at_transaction_end(XactEvent event, void *arg)
+{
+	guard([&] { bump_at_commit(event, arg); });
+}
+
 void cache_register_hooks()
 {
 	previous_object_access = object_access_hook;
-	object_access_hook = note_emptying;
-	RegisterXactCallback(bump_at_commit, NULL);
+	object_access_hook = idem_cache_object_access;
+	RegisterXactCallback(idem_cache_at_transaction_end, NULL);
 	cache_triggers_register_callbacks();
 }
 

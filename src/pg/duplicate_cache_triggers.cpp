@@ -139,6 +139,19 @@ void forget_guard_verdict_of_functions(Datum, int, uint32)
 
 } // namespace
 
+// PostgreSQL calls these through the guard (guard.hpp).
+extern "C" void idem_cache_subtransaction_end(SubXactEvent event, SubTransactionId sub,
+					      SubTransactionId parent, void *arg)
+{
+	guard([&] { end_own_change_on_abort(event, sub, parent, arg); });
+}
+
+extern "C" void idem_cache_forget_guard_verdict_of_functions(Datum arg, int cache_id,
+							     uint32 hash)
+{
+	guard([&] { forget_guard_verdict_of_functions(arg, cache_id, hash); });
+}
+
 // Whether `rel` has the three triggers of idem_records as the install script
 // makes them (made_as_installed), with pg_idem's functions, so that every
 // change made in SQL reaches the cache. A database still on 0.1's SQL has
@@ -194,9 +207,9 @@ void cache_own_change_end(const OwnChange &interrupted) { cache_xact.own_change 
 
 void cache_triggers_register_callbacks()
 {
-	RegisterSubXactCallback(end_own_change_on_abort, NULL);
+	RegisterSubXactCallback(idem_cache_subtransaction_end, NULL);
 	on_relation_invalidation(forget_guard_verdict);
-	CacheRegisterSyscacheCallback(PROCOID, forget_guard_verdict_of_functions, 0);
+	CacheRegisterSyscacheCallback(PROCOID, idem_cache_forget_guard_verdict_of_functions, 0);
 }
 
 } // namespace idem

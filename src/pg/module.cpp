@@ -13,6 +13,7 @@ extern "C" {
 #include "pg/claim_wait.hpp"
 #include "pg/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
+#include "pg/guard.hpp"
 #include "pg/purge_status.hpp"
 #include "pg/purge_worker.hpp"
 #include "pg/scope_grants.hpp"
@@ -34,7 +35,7 @@ shmem_startup_hook_type previous_shmem_startup = NULL;
 
 // Shared memory exists only when pg_idem is in shared_preload_libraries;
 // everything that uses it has a fallback without (see claim_wait.hpp).
-extern "C" void request_shmem(void)
+void request_shmem()
 {
 	if (previous_shmem_request)
 		previous_shmem_request();
@@ -44,7 +45,7 @@ extern "C" void request_shmem(void)
 	idem::cache_request_shmem();
 }
 
-extern "C" void startup_shmem(void)
+void startup_shmem()
 {
 	if (previous_shmem_startup)
 		previous_shmem_startup();
@@ -55,6 +56,10 @@ extern "C" void startup_shmem(void)
 }
 
 } // namespace
+
+// PostgreSQL calls these through the guard (guard.hpp).
+extern "C" void idem_shmem_request(void) { idem::guard(request_shmem); }
+extern "C" void idem_shmem_startup(void) { idem::guard(startup_shmem); }
 
 namespace idem {
 int default_ttl_seconds = 7 * 24 * 60 * 60;
@@ -73,7 +78,8 @@ int cache_result_size = 256;
 int test_cache_fill_lock = 0;
 }
 
-extern "C" void _PG_init(void)
+// What _PG_init does (through the guard).
+static void initialize()
 {
 	// pg_upgrade restores the schema into a new server started in
 	// binary-upgrade mode, preloading what the user's settings preload. A
@@ -181,9 +187,9 @@ extern "C" void _PG_init(void)
 		MarkGUCPrefixReserved("pg_idem");
 		idem::register_purge_workers();
 		previous_shmem_request = shmem_request_hook;
-		shmem_request_hook = request_shmem;
+		shmem_request_hook = idem_shmem_request;
 		previous_shmem_startup = shmem_startup_hook;
-		shmem_startup_hook = startup_shmem;
+		shmem_startup_hook = idem_shmem_startup;
 		idem::cache_register_hooks();
 	}
 
@@ -192,3 +198,5 @@ extern "C" void _PG_init(void)
 	idem::scopes_register_callbacks();
 	idem::scope_grants_register_callbacks();
 }
+
+extern "C" void _PG_init(void) { idem::guard(initialize); }

@@ -10,16 +10,16 @@ extern "C" {
 }
 
 #include "pg/plan_cache.hpp"
-#include "pg/claim_wait.hpp"
-#include "pg/duplicate_cache.hpp"
+#include "pg/claims/claim_wait.hpp"
+#include "pg/cache/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
-#include "pg/purge_status.hpp"
-#include "pg/purge_worker.hpp"
-#include "pg/scope_grants.hpp"
-#include "pg/scopes.hpp"
+#include "pg/purge/purge_status.hpp"
+#include "pg/purge/purge_worker.hpp"
+#include "pg/scopes/scope_grants.hpp"
+#include "pg/scopes/scopes.hpp"
 #include "pg/settings.hpp"
-#include "pg/stats.hpp"
+#include "pg/stats/stats.hpp"
 
 #include <climits>
 

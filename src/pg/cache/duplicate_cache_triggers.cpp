@@ -40,11 +40,11 @@ extern "C" {
 }
 
 #include "core/record_key.hpp"
-#include "pg/duplicate_cache.hpp"
-#include "pg/duplicate_cache_internal.hpp"
+#include "pg/cache/duplicate_cache.hpp"
+#include "pg/cache/duplicate_cache_internal.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
-#include "pg/records_layout.hpp"
+#include "pg/records/records_layout.hpp"
 #include "pg/relation_invalidation.hpp"
 
 #include <cstring>

@@ -47,8 +47,8 @@ extern "C" {
 #include "utils/snapmgr.h"
 }
 
-#include "pg/duplicate_cache.hpp"
-#include "pg/duplicate_cache_internal.hpp"
+#include "pg/cache/duplicate_cache.hpp"
+#include "pg/cache/duplicate_cache_internal.hpp"
 #include "pg/guard.hpp"
 
 #include <cstring>

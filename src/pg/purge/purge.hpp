@@ -2,7 +2,7 @@
 // purge worker. Include after postgres.h.
 #pragma once
 
-#include "pg/purge_status.hpp"
+#include "pg/purge/purge_status.hpp"
 
 namespace idem {
 

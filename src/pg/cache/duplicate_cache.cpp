@@ -147,8 +147,8 @@ extern "C" {
 
 #include "core/claim_rules.hpp"
 #include "core/record_key.hpp"
-#include "pg/duplicate_cache.hpp"
-#include "pg/duplicate_cache_internal.hpp"
+#include "pg/cache/duplicate_cache.hpp"
+#include "pg/cache/duplicate_cache_internal.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/settings.hpp"
 

@@ -7,7 +7,7 @@ extern "C" {
 }
 
 #include "pg/extension_objects.hpp"
-#include "pg/records_layout.hpp"
+#include "pg/records/records_layout.hpp"
 
 namespace idem {
 

@@ -21,7 +21,7 @@ extern "C" {
 }
 
 #include "core/record_key.hpp"
-#include "pg/claim_wait.hpp"
+#include "pg/claims/claim_wait.hpp"
 #include "pg/compat.hpp"
 #include "pg/guard.hpp"
 

@@ -44,17 +44,17 @@ extern "C" {
 }
 
 #include "core/claim_rules.hpp"
-#include "pg/claim_wait.hpp"
+#include "pg/claims/claim_wait.hpp"
 #include "pg/compat.hpp"
-#include "pg/duplicate_cache.hpp"
+#include "pg/cache/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
-#include "pg/scope_grants.hpp"
+#include "pg/scopes/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
-#include "pg/reconcile.hpp"
-#include "pg/scopes.hpp"
-#include "pg/stats.hpp"
+#include "pg/claims/reconcile.hpp"
+#include "pg/scopes/scopes.hpp"
+#include "pg/stats/stats.hpp"
 
 #include <cstring>
 

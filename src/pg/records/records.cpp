@@ -56,11 +56,11 @@ extern "C" {
 
 #include "core/record_key.hpp"
 #include "pg/compat.hpp"
-#include "pg/duplicate_cache.hpp"
+#include "pg/cache/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/plan_cache.hpp"
-#include "pg/records.hpp"
-#include "pg/records_layout.hpp"
+#include "pg/records/records.hpp"
+#include "pg/records/records_layout.hpp"
 
 #include <cstring>
 

@@ -86,9 +86,9 @@ extern "C" {
 #include "pg/as_owner.hpp"
 #include "pg/compat.hpp"
 #include "pg/guard.hpp"
-#include "pg/scope_grants.hpp"
+#include "pg/scopes/scope_grants.hpp"
 #include "pg/settings.hpp"
-#include "pg/stats.hpp"
+#include "pg/stats/stats.hpp"
 
 #include <cerrno>
 #include <cstring>

@@ -46,11 +46,11 @@ PGDLLEXPORT void idem_purge_worker_main(Datum arg);
 }
 
 #include "pg/guard.hpp"
-#include "pg/purge.hpp"
-#include "pg/purge_status.hpp"
-#include "pg/purge_vacuum.hpp"
-#include "pg/purge_worker.hpp"
-#include "pg/purge_yield.hpp"
+#include "pg/purge/purge.hpp"
+#include "pg/purge/purge_status.hpp"
+#include "pg/purge/purge_vacuum.hpp"
+#include "pg/purge/purge_worker.hpp"
+#include "pg/purge/purge_yield.hpp"
 #include "pg/settings.hpp"
 
 #include <cstring>

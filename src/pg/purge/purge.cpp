@@ -33,15 +33,15 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
-#include "pg/duplicate_cache.hpp"
+#include "pg/cache/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
-#include "pg/scope_grants.hpp"
+#include "pg/scopes/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
-#include "pg/purge.hpp"
-#include "pg/reconcile.hpp"
-#include "pg/stats.hpp"
+#include "pg/purge/purge.hpp"
+#include "pg/claims/reconcile.hpp"
+#include "pg/stats/stats.hpp"
 
 #include <cstring>
 

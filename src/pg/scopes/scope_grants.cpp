@@ -31,7 +31,7 @@ extern "C" {
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
-#include "pg/scope_grants.hpp"
+#include "pg/scopes/scope_grants.hpp"
 
 #include <cstring>
 

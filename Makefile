@@ -17,27 +17,30 @@ OBJS = $(CORE_OBJS) \
 	src/pg/module.o \
 	src/pg/extension_objects.o \
 	src/pg/relation_invalidation.o \
-	src/pg/records.o \
-	src/pg/try_insert.o \
-	src/pg/scopes.o \
-	src/pg/scope_grants.o \
-	src/pg/claim.o \
-	src/pg/claim_wait.o \
-	src/pg/reconcile.o \
-	src/pg/operator_tools.o \
-	src/pg/purge.o \
-	src/pg/purge_status.o \
-	src/pg/purge_worker.o \
-	src/pg/purge_vacuum.o \
-	src/pg/purge_yield.o \
-	src/pg/stats.o \
-	src/pg/duplicate_cache.o \
 	src/pg/plan_cache.o \
-	src/pg/user_table.o \
-	src/pg/try_insert_row.o \
-	src/pg/versioned_update.o \
-	src/pg/message_keys.o \
-	src/pg/stream_positions.o
+	src/pg/records/records.o \
+	src/pg/records/records_layout.o \
+	src/pg/records/try_insert.o \
+	src/pg/records/operator_tools.o \
+	src/pg/scopes/scopes.o \
+	src/pg/scopes/scope_grants.o \
+	src/pg/claims/claim.o \
+	src/pg/claims/claim_wait.o \
+	src/pg/claims/reconcile.o \
+	src/pg/purge/purge.o \
+	src/pg/purge/purge_status.o \
+	src/pg/purge/purge_worker.o \
+	src/pg/purge/purge_vacuum.o \
+	src/pg/purge/purge_yield.o \
+	src/pg/cache/duplicate_cache.o \
+	src/pg/cache/duplicate_cache_triggers.o \
+	src/pg/cache/duplicate_cache_epochs.o \
+	src/pg/stats/stats.o \
+	src/pg/user_tables/user_table.o \
+	src/pg/user_tables/try_insert_row.o \
+	src/pg/user_tables/versioned_update.o \
+	src/pg/messages/message_keys.o \
+	src/pg/messages/stream_positions.o
 
 # SQL: the 0.1 install script as released, and one upgrade script per
 # release after it. The current install script is their concatenation (the

@@ -116,7 +116,7 @@ REVOKE ALL ON FUNCTION @extschema@.idem_release(text, text, uuid) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_lookup(text, text) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
--- Scopes as a security boundary (src/pg/scope_grants.cpp): a role uses a
+-- Scopes as a security boundary (src/pg/scopes/scope_grants.cpp): a role uses a
 -- scope, or the stream of that name, only if the owner granted it to the
 -- role (or a role it has the privileges of, or PUBLIC).
 -- ---------------------------------------------------------------------------
@@ -246,7 +246,7 @@ END
 $$;
 
 -- ---------------------------------------------------------------------------
--- pg_upgrade (src/pg/scopes.cpp, src/pg/reconcile.cpp). pg_upgrade refuses
+-- pg_upgrade (src/pg/scopes/scopes.cpp, src/pg/claims/reconcile.cpp). pg_upgrade refuses
 -- a table with a regprocedure column: function OIDs are not kept across
 -- the upgrade. So a scope keeps its reconciliation function by its
 -- schema-qualified signature, which survives the upgrade (and pg_dump),

@@ -1,6 +1,6 @@
 // The claim protocol's state machine, as pure decisions: given what a record
 // looks like now, what does idem_begin or idem_fail do to it? The
-// PostgreSQL layer (src/pg/claim.cpp) reads the record under a row lock,
+// PostgreSQL layer (src/pg/claims/claim.cpp) reads the record under a row lock,
 // asks these functions, and writes what they say.
 //
 //                 begin                 complete

@@ -20,6 +20,7 @@ extern "C" {
 }
 
 #include "pg/extension_objects.hpp"
+#include "pg/guard.hpp"
 #include "pg/relation_invalidation.hpp"
 
 #include <initializer_list>
@@ -78,6 +79,12 @@ void forget_names(Datum, int, uint32)
 }
 
 } // namespace
+
+// PostgreSQL calls this through the guard (guard.hpp).
+extern "C" void idem_extension_objects_forget_names(Datum arg, int cache_id, uint32 hash)
+{
+	guard([&] { forget_names(arg, cache_id, hash); });
+}
 
 const ExtensionObjects &extension_objects()
 {
@@ -157,7 +164,7 @@ bool leading_columns_as_installed(TupleDesc desc, const InstalledColumn *columns
 void extension_objects_register_callbacks()
 {
 	on_relation_invalidation(forget);
-	CacheRegisterSyscacheCallback(NAMESPACEOID, forget_names, 0);
+	CacheRegisterSyscacheCallback(NAMESPACEOID, idem_extension_objects_forget_names, 0);
 }
 
 } // namespace idem

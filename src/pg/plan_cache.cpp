@@ -38,6 +38,7 @@ extern "C" {
 }
 
 #include "pg/compat.hpp"
+#include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/relation_invalidation.hpp"
 
@@ -131,6 +132,12 @@ void create_table()
 
 } // namespace
 
+// PostgreSQL calls this through the guard (guard.hpp).
+extern "C" void idem_plan_cache_invalidate_all(Datum arg, int cache_id, uint32 hash)
+{
+	guard([&] { invalidate_all(arg, cache_id, hash); });
+}
+
 Statement *statement_lookup(const char *signature, size_t signature_len, Oid relid)
 {
 	if (statements == NULL)
@@ -196,7 +203,7 @@ Statement *statement_for(const char *signature, Oid relid, const char *table_nam
 void plan_cache_register_callbacks()
 {
 	on_relation_invalidation(invalidate_relation);
-	CacheRegisterSyscacheCallback(NAMESPACEOID, invalidate_all, 0);
+	CacheRegisterSyscacheCallback(NAMESPACEOID, idem_plan_cache_invalidate_all, 0);
 }
 
 } // namespace idem

@@ -5,6 +5,7 @@ extern "C" {
 #include "utils/inval.h"
 }
 
+#include "pg/guard.hpp"
 #include "pg/relation_invalidation.hpp"
 
 namespace idem {
@@ -23,12 +24,18 @@ void relation_invalidated(Datum, Oid relid)
 
 } // namespace
 
+// PostgreSQL calls this through the guard (guard.hpp).
+extern "C" void idem_relation_invalidated(Datum arg, Oid relid)
+{
+	guard([&] { relation_invalidated(arg, relid); });
+}
+
 void on_relation_invalidation(RelationListener listener)
 {
 	if (listener_count == max_listeners)
 		elog(ERROR, "pg_idem: too many relation invalidation listeners");
 	if (listener_count == 0)
-		CacheRegisterRelcacheCallback(relation_invalidated, 0);
+		CacheRegisterRelcacheCallback(idem_relation_invalidated, 0);
 	listeners[listener_count++] = listener;
 }
 

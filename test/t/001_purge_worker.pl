@@ -1,7 +1,7 @@
 # The purge worker as a PostgreSQL process: what it deletes and what it
 # never deletes, its settings reloaded with SIGHUP, SIGTERM, kill -9, a
 # restart of the server, DROP and CREATE EXTENSION under it, and a database
-# without the extension. See src/pg/purge_worker.cpp.
+# without the extension. See src/pg/purge/purge_worker.cpp.
 #
 # Every wait polls (poll_query_until, wait_for_log). The only fixed sleep
 # is the short window that shows the worker does NOT run a round while it

@@ -1,5 +1,5 @@
 # The purge worker vacuums idem_records itself when autovacuum's own test
-# says the table is due (src/pg/purge_vacuum.cpp), so that purged space is
+# says the table is due (src/pg/purge/purge_vacuum.cpp), so that purged space is
 # reused without waiting for autovacuum's next visit. Autovacuum is off on
 # this server: every vacuum of the table seen here is the worker's.
 use strict;

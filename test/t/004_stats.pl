@@ -3,7 +3,7 @@
 # backend) they start at zero; scopes beyond pg_idem.stats_max_scopes are
 # counted in their database's "other" row (scope NULL), also when a lower
 # limit is set before a restart; the limit is a postmaster setting. See
-# src/pg/stats.cpp.
+# src/pg/stats/stats.cpp.
 use strict;
 use warnings;
 use PostgreSQL::Test::Cluster;

@@ -1,4 +1,4 @@
-# The duplicate cache (src/pg/duplicate_cache.cpp) across the server's life:
+# The duplicate cache (src/pg/cache/duplicate_cache.cpp) across the server's life:
 # a cache smaller than the working set evicts and still answers exactly; a
 # crash (kill -9 of a backend) and a clean restart both start with an empty
 # cache; DROP EXTENSION + CREATE EXTENSION makes a cached key new; with

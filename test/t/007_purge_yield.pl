@@ -1,5 +1,5 @@
 # The purge worker pauses between batches while durable commits wait for the
-# write-ahead log (src/pg/purge_yield.cpp, pg_idem.purge_yield), and still
+# write-ahead log (src/pg/purge/purge_yield.cpp, pg_idem.purge_yield), and still
 # purges everything. A commit that waits for a synchronous standby that
 # never comes stands for a commit-bound consumer: it waits for as long as
 # the test needs (wait event SyncRep; sync rep needs max_wal_senders > 0,

@@ -1,4 +1,4 @@
-# idem_stats while many backends count at once (src/pg/stats.cpp): each
+# idem_stats while many backends count at once (src/pg/stats/stats.cpp): each
 # backend counts in a slot of its own and, counting more scopes than its slot
 # holds, keeps moving counts from its slot to the shared table, while another
 # session reads the view in a loop (tens of thousands of times). No count may

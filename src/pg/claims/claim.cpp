@@ -59,18 +59,18 @@ extern "C" {
 }
 
 #include "core/claim_rules.hpp"
-#include "pg/claim_wait.hpp"
+#include "pg/claims/claim_wait.hpp"
 #include "pg/compat.hpp"
-#include "pg/duplicate_cache.hpp"
+#include "pg/cache/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
-#include "pg/scope_grants.hpp"
+#include "pg/scopes/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
-#include "pg/records.hpp"
-#include "pg/scopes.hpp"
+#include "pg/records/records.hpp"
+#include "pg/scopes/scopes.hpp"
 #include "pg/settings.hpp"
-#include "pg/stats.hpp"
+#include "pg/stats/stats.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -770,7 +770,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_begin_0_3)
 	idem::CacheAnswer cache = idem::CacheAnswer::unused;
 	if (idem::cache_usable()) {
 		idem::CachedCompletion done;
-		if (idem::cache_lookup_completed(objects, args.ref, now, args.fingerprint, &done)) {
+		if (idem::cache_lookup_completed(objects, args.ref.id, now, args.fingerprint, &done)) {
 			Claim c;
 			memset(&c, 0, sizeof c);
 			c.status = "completed";

@@ -2,7 +2,7 @@
 // purge worker. Include after postgres.h.
 #pragma once
 
-#include "pg/purge_status.hpp"
+#include "pg/purge/purge_status.hpp"
 
 namespace idem {
 
@@ -13,8 +13,9 @@ namespace idem {
 // `only_for`, only the records of scopes that role may use.
 int64 purge_batch(int max_rows, Oid only_for = InvalidOid);
 
-// Reconciles up to max_rows expired leases (inside SPI), adding the outcomes
-// to `round`.
+// Reconciles up to max_rows expired leases of every scope (inside SPI), as
+// idem_reconcile(NULL, max_rows) would for the current role, adding the
+// outcomes to `round`.
 void reconcile_batch(int max_rows, PurgeRound *round);
 
 } // namespace idem

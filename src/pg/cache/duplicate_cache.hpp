@@ -4,8 +4,9 @@
 // pg_idem.cache_result_size), without reading idem_records. Exists only
 // when pg_idem is preloaded with a cache_size above 0; otherwise every
 // function below does nothing and every lookup misses. The rules that keep
-// a cached answer exact are at the top of duplicate_cache.cpp. Include
-// after postgres.h.
+// a cached answer exact are at the top of duplicate_cache.cpp (the
+// table; duplicate_cache_triggers.cpp and duplicate_cache_epochs.cpp are
+// the other two parts). Include after postgres.h.
 #pragma once
 
 extern "C" {
@@ -18,7 +19,6 @@ extern "C" {
 namespace idem {
 
 struct ExtensionObjects;
-struct RecordRef;
 
 void cache_request_shmem();
 void cache_init_shmem();
@@ -36,10 +36,11 @@ bool cache_usable();
 // the table lookup whose answer may be remembered.
 uint64 cache_generation(const bytea *id);
 
-// Whether the cache knows ref's key as a live committed record of the
-// current idem_records at `now` (the transaction start). Opens no relation:
+// Whether the cache knows key id `id` (records.hpp's RecordRef::id) as a
+// live committed record of the current idem_records at `now` (the
+// transaction start). Opens no relation:
 // the entry's relation OID and table epoch say whether it is current.
-bool cache_lookup(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now);
+bool cache_lookup(const ExtensionObjects &loc, const bytea *id, TimestampTz now);
 
 // What idem_begin answers for a completed record.
 struct CachedCompletion {
@@ -48,12 +49,12 @@ struct CachedCompletion {
 	Datum result; // a palloc'd jsonb, or 0 when the record's result is NULL
 };
 
-// Whether the cache can give idem_begin's answer for ref's key at `now`
+// Whether the cache can give idem_begin's answer for key id `id` at `now`
 // (the wall clock): a completed record of the current idem_records, live
 // at `now`, whose result was kept, and whose fingerprint, if both it and
 // `fingerprint` (or NULL) have one, is the same. Fills `out`
 // on true.
-bool cache_lookup_completed(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now,
+bool cache_lookup_completed(const ExtensionObjects &loc, const bytea *id, TimestampTz now,
 			    const text *fingerprint, CachedCompletion *out);
 
 // The columns of a record that an entry keeps, read by records.cpp from the
@@ -68,12 +69,12 @@ struct CacheableRecord {
 	Datum result;		 // jsonb as stored (perhaps toasted), 0 when NULL
 };
 
-// Remembers a record the table path found: the record `slot` holds in
-// `rel` (whose columns are `record`), if its tuple is settled (inserter
+// Remembers a record the table path found: the record of key id `id` that
+// `slot` holds in `rel` (whose columns are `record`), if its tuple is settled (inserter
 // committed and not ours, no deleter or locker still running but our own
 // lock) and no invalidation happened in this database since `generation`
 // was read. Otherwise does nothing.
-void cache_remember(Relation rel, struct TupleTableSlot *slot, const RecordRef &ref,
+void cache_remember(Relation rel, struct TupleTableSlot *slot, const bytea *id,
 		    const CacheableRecord &record, uint64 generation);
 
 // After any change or deletion of the record of key id `id` (in the

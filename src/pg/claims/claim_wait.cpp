@@ -21,8 +21,9 @@ extern "C" {
 }
 
 #include "core/record_key.hpp"
-#include "pg/claim_wait.hpp"
+#include "pg/claims/claim_wait.hpp"
 #include "pg/compat.hpp"
+#include "pg/guard.hpp"
 
 #include <cstring>
 
@@ -67,6 +68,12 @@ void at_transaction_end(XactEvent event, void *)
 
 } // namespace
 
+// PostgreSQL calls these through the guard (guard.hpp).
+extern "C" void idem_claim_wait_at_transaction_end(XactEvent event, void *arg)
+{
+	guard([&] { at_transaction_end(event, arg); });
+}
+
 void claim_wait_request_shmem() { RequestAddinShmemSpace(MAXALIGN(sizeof(SharedWaits))); }
 
 void claim_wait_init_shmem()
@@ -86,7 +93,7 @@ void claim_wake_at_commit(const bytea *key_id)
 	if (shared == NULL)
 		return;
 	if (!callback_registered) {
-		RegisterXactCallback(at_transaction_end, NULL);
+		RegisterXactCallback(idem_claim_wait_at_transaction_end, NULL);
 		callback_registered = true;
 	}
 	int b = bucket_of(key_id);

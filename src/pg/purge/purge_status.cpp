@@ -14,7 +14,7 @@ extern "C" {
 #include "storage/spin.h"
 }
 
-#include "pg/purge_status.hpp"
+#include "pg/purge/purge_status.hpp"
 
 #include <cstring>
 

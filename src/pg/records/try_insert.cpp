@@ -14,10 +14,10 @@ extern "C" {
 
 #include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
-#include "pg/scope_grants.hpp"
-#include "pg/records.hpp"
-#include "pg/scopes.hpp"
-#include "pg/stats.hpp"
+#include "pg/scopes/scope_grants.hpp"
+#include "pg/records/records.hpp"
+#include "pg/scopes/scopes.hpp"
+#include "pg/stats/stats.hpp"
 
 IDEM_SQL_FUNCTION_AS_OWNER(idem_try_insert)
 {

@@ -61,9 +61,4 @@ bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expir
 // not usable; the cache refuses what it cannot keep exactly.
 void records_offer_to_cache(const RecordRef &ref, TimestampTz now, uint64 generation);
 
-// Whether `desc` has idem_records' columns where the table path reads them
-// by number: names and types as the install script makes them, none
-// dropped.
-bool records_layout_as_installed(TupleDesc desc, const ExtensionObjects &loc);
-
 } // namespace idem

@@ -39,7 +39,7 @@ extern "C" {
 #include "utils/wait_event.h"
 }
 
-#include "pg/purge_yield.hpp"
+#include "pg/purge/purge_yield.hpp"
 
 namespace idem {
 

@@ -56,37 +56,17 @@ extern "C" {
 
 #include "core/record_key.hpp"
 #include "pg/compat.hpp"
-#include "pg/duplicate_cache.hpp"
+#include "pg/cache/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/plan_cache.hpp"
-#include "pg/records.hpp"
+#include "pg/records/records.hpp"
+#include "pg/records/records_layout.hpp"
 
 #include <cstring>
 
 namespace idem {
 
 namespace {
-
-// Column numbers of idem_records, in the order src/pg_idem--0.1.sql creates them.
-enum RecordColumn : AttrNumber {
-	col_key_id = 1,
-	col_scope = 2,
-	col_key = 3,
-	col_status = 4,
-	col_attempts = 5,
-	col_attempt_base = 6,
-	col_recorded_at = 7,
-	col_expires_at = 8,
-	col_lease_expires_at = 9,
-	col_holder_pid = 10,
-	col_holder_started_at = 11,
-	col_fingerprint = 12,
-	col_result = 13,
-	col_last_error = 14,
-	// Added by pg_idem 0.3 (src/pg_idem--0.2--0.3.sql).
-	col_claim_token = 15,
-	col_ttl = 16,
-};
 
 bool same_text(Datum stored, const text *given)
 {
@@ -251,7 +231,7 @@ void offer_to_cache(Relation rel, TupleTableSlot *slot, const RecordRef &ref, ui
 	record.fingerprint = isnull ? NULL : DatumGetTextPP(d);
 	d = slot_getattr(slot, col_result, &isnull);
 	record.result = isnull ? 0 : d;
-	cache_remember(rel, slot, ref, record, generation);
+	cache_remember(rel, slot, ref.id, record, generation);
 }
 
 // Claims the key for `record` unless a record holds it: a lookup, then,
@@ -386,29 +366,6 @@ bool records_insert(const RecordRef &ref, const NewRecord &record)
 	return insert_record(extension_objects(), ref, record) == Found::inserted;
 }
 
-bool records_layout_as_installed(TupleDesc desc, const ExtensionObjects &loc)
-{
-	const InstalledColumn columns[] = {
-	    {"key_id", BYTEAOID},
-	    {"scope", TEXTOID},
-	    {"key", TEXTOID},
-	    {"status", loc.status_type},
-	    {"attempts", INT4OID},
-	    {"attempt_base", INT4OID},
-	    {"recorded_at", TIMESTAMPTZOID},
-	    {"expires_at", TIMESTAMPTZOID},
-	    {"lease_expires_at", TIMESTAMPTZOID},
-	    {"holder_pid", INT4OID},
-	    {"holder_started_at", TIMESTAMPTZOID},
-	    {"fingerprint", TEXTOID},
-	    {"result", JSONBOID},
-	    {"last_error", TEXTOID},
-	};
-	static_assert(sizeof columns / sizeof columns[0] == col_last_error,
-		      "every column of RecordColumn");
-	return leading_columns_as_installed(desc, columns, col_last_error);
-}
-
 void records_offer_to_cache(const RecordRef &ref, TimestampTz now, uint64 generation)
 {
 	if (!cache_usable())
@@ -435,7 +392,7 @@ bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expir
 	uint64 generation = 0;
 	const uint64 *cache_from = NULL;
 	if (cache_usable()) {
-		if (cache_lookup(loc, ref, now)) {
+		if (cache_lookup(loc, ref.id, now)) {
 			*cache = CacheAnswer::hit;
 			return false;
 		}

@@ -18,7 +18,7 @@ extern "C" {
 }
 
 #include "pg/compat.hpp"
-#include "pg/user_table.hpp"
+#include "pg/user_tables/user_table.hpp"
 
 #include <cstring>
 

@@ -12,15 +12,15 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
-#include "pg/claim_wait.hpp"
-#include "pg/duplicate_cache.hpp"
+#include "pg/claims/claim_wait.hpp"
+#include "pg/cache/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
-#include "pg/scope_grants.hpp"
+#include "pg/scopes/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
-#include "pg/records.hpp"
-#include "pg/scopes.hpp"
+#include "pg/records/records.hpp"
+#include "pg/scopes/scopes.hpp"
 
 #include <cstring>
 

@@ -49,7 +49,7 @@ extern "C" {
 #include "pg/extension_objects.hpp"
 #include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
-#include "pg/scope_grants.hpp"
+#include "pg/scopes/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
 
 namespace {

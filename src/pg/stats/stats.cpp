@@ -86,9 +86,9 @@ extern "C" {
 #include "pg/as_owner.hpp"
 #include "pg/compat.hpp"
 #include "pg/guard.hpp"
-#include "pg/scope_grants.hpp"
+#include "pg/scopes/scope_grants.hpp"
 #include "pg/settings.hpp"
-#include "pg/stats.hpp"
+#include "pg/stats/stats.hpp"
 
 #include <cerrno>
 #include <cstring>
@@ -569,6 +569,12 @@ void require_preloaded(const char *fn)
 
 } // namespace
 
+// PostgreSQL calls this through the guard (guard.hpp).
+extern "C" void idem_stats_write_file(int code, Datum arg)
+{
+	guard([&] { write_file(code, arg); });
+}
+
 void stats_request_shmem()
 {
 	RequestAddinShmemSpace(MAXALIGN(sizeof(SharedStats)));
@@ -614,7 +620,7 @@ void stats_init_shmem()
 	LWLockRelease(AddinShmemInitLock);
 
 	if (!IsUnderPostmaster)
-		on_shmem_exit(write_file, (Datum)0);
+		on_shmem_exit(idem_stats_write_file, (Datum)0);
 	if (!found)
 		load_file();
 }

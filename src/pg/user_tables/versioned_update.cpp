@@ -52,7 +52,7 @@ extern "C" {
 
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
-#include "pg/user_table.hpp"
+#include "pg/user_tables/user_table.hpp"
 
 #include <cstring>
 

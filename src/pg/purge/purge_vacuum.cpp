@@ -40,7 +40,7 @@ extern "C" {
 
 #include "pg/compat.hpp"
 #include "pg/extension_objects.hpp"
-#include "pg/purge_vacuum.hpp"
+#include "pg/purge/purge_vacuum.hpp"
 #include "pg/settings.hpp"
 
 namespace idem {

@@ -45,11 +45,12 @@ extern "C" {
 PGDLLEXPORT void idem_purge_worker_main(Datum arg);
 }
 
-#include "pg/purge.hpp"
-#include "pg/purge_status.hpp"
-#include "pg/purge_vacuum.hpp"
-#include "pg/purge_worker.hpp"
-#include "pg/purge_yield.hpp"
+#include "pg/guard.hpp"
+#include "pg/purge/purge.hpp"
+#include "pg/purge/purge_status.hpp"
+#include "pg/purge/purge_vacuum.hpp"
+#include "pg/purge/purge_worker.hpp"
+#include "pg/purge/purge_yield.hpp"
 #include "pg/settings.hpp"
 
 #include <cstring>
@@ -174,6 +175,12 @@ void detach_status(int, Datum) { purge_status_attach(MyDatabaseId, 0); }
 
 } // namespace
 
+// PostgreSQL calls this through the guard (guard.hpp).
+extern "C" void idem_purge_worker_detach_status(int code, Datum arg)
+{
+	guard([&] { detach_status(code, arg); });
+}
+
 void register_purge_workers()
 {
 	char *list = pstrdup(purge_databases);
@@ -216,7 +223,8 @@ void compress_own_wal()
 
 } // namespace idem
 
-extern "C" void idem_purge_worker_main(Datum)
+// The worker's body; it never returns (SIGTERM ends the process).
+static void run_purge_worker()
 {
 	pqsignal(SIGHUP, SignalHandlerForConfigReload);
 	pqsignal(SIGTERM, die);
@@ -233,7 +241,7 @@ extern "C" void idem_purge_worker_main(Datum)
 	idem::compress_own_wal();
 	pgstat_report_appname("pg_idem purge");
 	idem::purge_status_attach(MyDatabaseId, MyProcPid);
-	before_shmem_exit(idem::detach_status, 0);
+	before_shmem_exit(idem::idem_purge_worker_detach_status, 0);
 	ereport(LOG, errmsg("pg_idem purge worker started for database \"%s\"", database));
 
 	bool said_not_installed = false;
@@ -250,3 +258,5 @@ extern "C" void idem_purge_worker_main(Datum)
 		idem::nap(idem::purge_naptime_ms);
 	}
 }
+
+extern "C" void idem_purge_worker_main(Datum) { idem::guard(run_purge_worker); }

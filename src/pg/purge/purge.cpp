@@ -33,14 +33,15 @@ extern "C" {
 #include "utils/timestamp.h"
 }
 
-#include "pg/duplicate_cache.hpp"
+#include "pg/cache/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
-#include "pg/scope_grants.hpp"
+#include "pg/scopes/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
-#include "pg/purge.hpp"
-#include "pg/stats.hpp"
+#include "pg/purge/purge.hpp"
+#include "pg/claims/reconcile.hpp"
+#include "pg/stats/stats.hpp"
 
 #include <cstring>
 
@@ -113,32 +114,29 @@ int64 purge_batch(int max_rows, Oid only_for)
 
 void reconcile_batch(int max_rows, PurgeRound *round)
 {
-	const ExtensionObjects &objects = extension_objects();
-	static const char signature[] = "purge:reconcile";
-	Statement *st = statement_lookup(signature, sizeof signature, objects.records);
-	if (!statement_ready(st)) {
-		Oid types[] = {INT4OID};
-		statement_prepare(st,
-				  psprintf("SELECT outcome, pg_catalog.count(*) "
-					   "FROM %s.idem_reconcile(NULL, $1) GROUP BY outcome",
-					   objects.schema_name),
-				  1, types);
-	}
-	Datum values[] = {Int32GetDatum(max_rows)};
-	if (SPI_execute_plan(st->plan, values, NULL, false, 0) != SPI_OK_SELECT)
-		elog(ERROR, "pg_idem: reconciliation failed");
-	for (uint64 i = 0; i < SPI_processed; i++) {
-		bool isnull;
-		char *outcome = TextDatumGetCString(
-		    SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
-		int64 n = DatumGetInt64(
-		    SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 2, &isnull));
-		if (strcmp(outcome, "completed") == 0)
-			round->reconciled_completed += n;
-		else if (strcmp(outcome, "failed") == 0 || strcmp(outcome, "dead") == 0)
-			round->reconciled_failed += n;
-		else if (strcmp(outcome, "unknown") == 0)
-			round->reconciled_unknown += n;
+	// As idem_reconcile runs (as_owner.hpp), for the worker's role.
+	Oid caller;
+	int context;
+	GetUserIdAndSecContext(&caller, &context);
+	SetUserIdAndSecContext(extension_objects().owner, context | SECURITY_LOCAL_USERID_CHANGE);
+	Reconciled *rows;
+	int n = reconcile_expired_leases(NULL, max_rows, caller, &rows);
+	SetUserIdAndSecContext(caller, context);
+	for (int i = 0; i < n; i++) {
+		switch (rows[i].outcome) {
+		case ReconcileOutcome::completed:
+			round->reconciled_completed++;
+			break;
+		case ReconcileOutcome::failed:
+		case ReconcileOutcome::dead:
+			round->reconciled_failed++;
+			break;
+		case ReconcileOutcome::unknown:
+			round->reconciled_unknown++;
+			break;
+		case ReconcileOutcome::no_reconciler:
+			break;
+		}
 	}
 }
 

@@ -1,5 +1,13 @@
-// The duplicate cache: see duplicate_cache.hpp, and
-// docs/internals/duplicate-cache.md (its design and correctness argument).
+// The duplicate cache's table: see duplicate_cache.hpp, and
+// docs/internals/duplicate-cache.md. Three files make the cache, one concern each:
+//   duplicate_cache.cpp           the table in shared memory (a set-associative
+//                                 table read under a seqlock per bucket), its
+//                                 lookups, insertions and invalidations;
+//   duplicate_cache_triggers.cpp  whether idem_records' triggers keep it
+//                                 exact, and those triggers' functions;
+//   duplicate_cache_epochs.cpp    table epochs: what empties or replaces an
+//                                 idem_records without its row triggers,
+//                                 noted by the object access hook.
 //
 // A wrong "duplicate" drops a message forever, so the cache answers only
 // what the table path would answer, and misses whenever in doubt.
@@ -24,7 +32,8 @@
 //     UPDATE through the trigger, ...) invalidate too. A deleter or
 //     updater, even in progress or prepared, refuses it, and so does any
 //     multixact,
-//   - the table has its three triggers as made (below), enabled ALWAYS,
+//   - the table has its three triggers as made (duplicate_cache_triggers.cpp),
+//     enabled ALWAYS,
 //     read under the filler's ROW EXCLUSIVE lock, which CREATE, ALTER and
 //     DROP TRIGGER wait for: a database still on 0.1's SQL, or one whose
 //     operator disabled or replaced one, is never cached,
@@ -57,30 +66,11 @@
 // which is what decide_and_write (claim.cpp) would answer for that record
 // at `now`.
 //
-// Table epochs. A TRUNCATE or a DROP of a table named idem_records (DROP
-// EXTENSION, DROP TABLE, DROP SCHEMA ... CASCADE) removes every record at
-// once, without the row triggers; an ALTER TABLE of it may rewrite every
-// record (a column's new type, USING anything) or rename it; a CREATE (OR
-// REPLACE), ALTER (ENABLE, DISABLE, RENAME) or DROP of one of its triggers,
-// or a new definition of a function they run, may stop changes from
-// reaching the cache. The object access hook notes each in the transaction
-// that does it (and the trigger idem_records_truncating a TRUNCATE, also
-// one that logical replication applies, which no hook sees); that
-// transaction then bumps its database's epoch just before it commits or
-// prepares, so every entry made before stops answering. A TRUNCATE or DROP
-// holds its ACCESS EXCLUSIVE lock by then, and a trigger's change its SHARE
-// ROW EXCLUSIVE, until it ends, so no entry can be made in between: a
-// filler holds ROW EXCLUSIVE on idem_records while it reads the record and
-// inserts the entry. (A function's new definition takes no such lock: a
-// transaction that held its lock on idem_records since before that commit
-// may still fill with what it knew. Replacing pg_idem's functions while
-// claims run is not supported.) Before that
-// commit a hit answers what the table still holds for everyone else; and
-// the transaction itself, which already sees the table emptied, does not
-// use the cache at all from the hook on. (The hook may run before the lock
-// is granted, which is why the bump waits for the commit.) A DROP DATABASE
-// bumps at once, and again when it commits: WITH (FORCE) ends the other
-// backends of the database only after the hook.
+// Table epochs (duplicate_cache_epochs.cpp). A TRUNCATE, DROP or ALTER of
+// an idem_records, or a change of its triggers, bumps its database's epoch
+// when the transaction that does it commits, so that every entry made
+// before stops answering; that transaction itself does not use the cache
+// from the change on.
 //
 // Invalidation. Every C path that changes or deletes a record (idem_forget,
 // idem_retry, takeovers in idem_try_insert and idem_begin, idem_begin's
@@ -93,12 +83,13 @@
 // read waits for that commit). A prepared transaction's change leaves its
 // xmax in the tuple, so nothing is cached until it resolves. Plain SQL DML
 // on idem_records (also through a parent table, or replicated) goes
-// through the row triggers below (docs/internals/duplicate-cache.md): the AFTER one invalidates each
-// changed key after its change, and the BEFORE one keeps the changing
-// transaction off the cache until it ends, since it could otherwise meet
-// an entry between a row's change and the end of the statement, when the
-// AFTER one fires. pg_idem's own changes in SQL are exempt from the BEFORE
-// one (cache_own_change_begin): they invalidate at once.
+// through the row triggers (duplicate_cache_triggers.cpp, docs/internals): the
+// AFTER one invalidates each changed key after its change, and the BEFORE
+// one keeps the changing transaction off the cache until it ends, since it
+// could otherwise meet an entry between a row's change and the end of the
+// statement, when the AFTER one fires. pg_idem's own changes in SQL are
+// exempt from the BEFORE one (cache_own_change_begin): they invalidate at
+// once.
 //
 // The table. cache_size entries rounded up to whole buckets of `ways`
 // entries (set associative): a key lives only in one bucket (bucket_index),
@@ -138,44 +129,27 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/detoast.h"
-#include "access/genam.h"
 #include "access/htup_details.h"
-#include "access/table.h"
 #include "access/transam.h"
 #include "access/xact.h"
-#include "catalog/objectaccess.h"
-#include "catalog/pg_class.h"
-#include "catalog/pg_database_d.h"
-#include "catalog/pg_language_d.h"
-#include "catalog/pg_proc.h"
-#include "catalog/pg_trigger.h"
-#include "commands/trigger.h"
 #include "common/hashfn.h"
 #include "executor/tuptable.h"
 #include "fmgr.h"
 #include "miscadmin.h"
-#include "nodes/primnodes.h"
 #include "port/atomics.h"
 #include "storage/lwlock.h"
 #include "storage/procarray.h"
 #include "storage/shmem.h"
 #include "utils/builtins.h"
-#include "utils/fmgroids.h"
-#include "utils/inval.h"
-#include "utils/lsyscache.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
-#include "utils/syscache.h"
 }
 
 #include "core/claim_rules.hpp"
 #include "core/record_key.hpp"
-#include "pg/compat.hpp"
-#include "pg/duplicate_cache.hpp"
+#include "pg/cache/duplicate_cache.hpp"
+#include "pg/cache/duplicate_cache_internal.hpp"
 #include "pg/extension_objects.hpp"
-#include "pg/guard.hpp"
-#include "pg/records.hpp"
-#include "pg/relation_invalidation.hpp"
 #include "pg/settings.hpp"
 
 #include <cstring>
@@ -250,38 +224,6 @@ SharedCache *shared = NULL;
 char *tag_lines = NULL; // in shared->area
 char *entries = NULL;	// in shared->area, after the tag lines
 char *replays = NULL;	// in shared->area, after the entries
-
-// Whether this transaction truncated, dropped or altered an idem_records,
-// or created, altered or dropped a trigger of one (file header): then it
-// neither asks nor fills the cache until it ends, and bumps its database's
-// epoch when it commits.
-bool records_replaced = false;
-
-// Whether this transaction changed a row of an idem_records in SQL (the
-// trigger idem_records_changing): the row trigger forgets each key only
-// when the statement ends, and other sessions cannot refill it while the
-// change is uncommitted, but until then this transaction could still meet
-// the entry. It neither asks nor fills the cache until it ends.
-bool records_changed = false;
-
-// The record pg_idem's own SQL is changing now (cache_own_change_begin).
-OwnChange own_change = {0, {}};
-
-// Whether the triggers of the idem_records `guard_relid` keep the cache
-// exact (guarded_by_triggers): -1 until worked out. Forgotten when that
-// table's relcache entry is invalidated (any CREATE, ALTER or DROP TRIGGER
-// on it) or any function's catalog row changes.
-int guard_verdict = -1;
-Oid guard_relid = InvalidOid;
-// Bumped with each reset of guard_verdict: the catalog lookups that work
-// it out may process invalidations, and a reset meanwhile must win.
-uint64 guard_resets = 0;
-
-// A database this transaction dropped: its epoch is bumped at the drop and
-// again at commit, after the backends still connected to it are gone.
-Oid dropped_database = InvalidOid;
-
-object_access_hook_type previous_object_access = NULL;
 
 int bucket_count() { return (cache_size + ways - 1) / ways; }
 
@@ -445,108 +387,18 @@ bool settled(HeapTupleHeader h)
 	return HEAP_XMAX_IS_LOCKED_ONLY(mask) || !TransactionIdDidCommit(xmax);
 }
 
-// Whether `function` is pg_idem's C function `symbol`, as the install
-// script makes it (CREATE OR REPLACE FUNCTION keeps its OID).
-bool is_own_function(Oid function, const char *symbol)
-{
-	HeapTuple row = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
-	if (!HeapTupleIsValid(row))
-		return false;
-	bool ours = reinterpret_cast<Form_pg_proc>(GETSTRUCT(row))->prolang == ClanguageId;
-	bool isnull;
-	Datum src = SysCacheGetAttr(PROCOID, row, Anum_pg_proc_prosrc, &isnull);
-	if (ours && !isnull) {
-		char *name = TextDatumGetCString(src);
-		ours = strcmp(name, symbol) == 0;
-		pfree(name);
-	}
-	ReleaseSysCache(row);
-	return ours && !isnull;
-}
-
-// Whether trigger `t` is one of idem_records' as the install script makes
-// it: enabled ALWAYS, not deferred, no column list or arguments, pg_idem's
-// function, and WHEN (idem_cache_enabled()) or none, `row`-level or not,
-// BEFORE or not, for UPDATE OR DELETE or for TRUNCATE.
-bool made_as_installed(const Trigger &t, const ExtensionObjects &loc, bool row, bool before,
-		       bool truncate)
-{
-	int16 type = t.tgtype;
-	if (t.tgenabled != TRIGGER_FIRES_ALWAYS || t.tgdeferrable || t.tginitdeferred ||
-	    t.tgnattr != 0 || t.tgnargs != 0 || t.tgfoid != loc.records_trigger_function ||
-	    bool(TRIGGER_FOR_ROW(type)) != row || bool(TRIGGER_FOR_BEFORE(type)) != before ||
-	    !(truncate ? TRIGGER_FOR_TRUNCATE(type)
-		       : TRIGGER_FOR_UPDATE(type) && TRIGGER_FOR_DELETE(type)))
-		return false;
-	if (t.tgqual == NULL)
-		return true;
-	Node *when = static_cast<Node *>(stringToNode(t.tgqual));
-	return IsA(when, FuncExpr) && reinterpret_cast<FuncExpr *>(when)->funcid ==
-					  loc.cache_enabled_function &&
-	       reinterpret_cast<FuncExpr *>(when)->args == NIL;
-}
-
-// Whether `rel` has the three triggers of idem_records as the install script
-// makes them (made_as_installed), with pg_idem's functions, so that every
-// change made in SQL reaches the cache. A database still on 0.1's SQL has
-// none, and an operator may disable or replace them: such records are
-// never cached. Read under the filler's ROW EXCLUSIVE lock on rel, which
-// CREATE, ALTER and DROP TRIGGER wait for; each of those, and a new
-// definition of either function, bumps the epoch at commit
-// (replaces_records), so no entry made before answers after. Worked out
-// once per relcache entry (guard_verdict).
-bool guarded_by_triggers(Relation rel)
-{
-	if (guard_verdict >= 0 && guard_relid == RelationGetRelid(rel))
-		return guard_verdict == 1;
-	uint64 resets = guard_resets;
-	const ExtensionObjects &loc = extension_objects();
-	const TriggerDesc *desc = rel->trigdesc;
-	bool changed = false;
-	bool changing = false;
-	bool truncating = false;
-	for (int i = 0; desc != NULL && i < desc->numtriggers; i++) {
-		const Trigger &t = desc->triggers[i];
-		if (strcmp(t.tgname, "idem_records_changed") == 0)
-			changed = made_as_installed(t, loc, true, false, false);
-		else if (strcmp(t.tgname, "idem_records_changing") == 0)
-			changing = made_as_installed(t, loc, true, true, false);
-		else if (strcmp(t.tgname, "idem_records_truncating") == 0)
-			truncating = made_as_installed(t, loc, false, true, true);
-	}
-	bool guarded = changed && changing && truncating &&
-		       records_layout_as_installed(RelationGetDescr(rel), loc) &&
-		       is_own_function(loc.records_trigger_function, "idem_records_changed") &&
-		       is_own_function(loc.cache_enabled_function, "idem_cache_enabled");
-	// Changed meanwhile: what was read may be stale, so keep nothing, and
-	// work it out again next time.
-	if (guard_resets != resets)
-		return false;
-	guard_relid = RelationGetRelid(rel);
-	guard_verdict = guarded ? 1 : 0;
-	return guarded;
-}
-
-// Whether `id` is the key id whose record pg_idem's own SQL is changing.
-bool own_change_of(const bytea *id)
-{
-	size_t len = VARSIZE_ANY_EXHDR(id);
-	return own_change.len > 0 && len == own_change.len &&
-	       memcmp(VARDATA_ANY(id), own_change.id, len) == 0;
-}
-
-// Whether the cache may have an answer for ref's key in this transaction;
+// Whether the cache may have an answer for key id `id` in this transaction;
 // sets *hash to the key's hash. Most misses (every new key) end here,
 // without a lock and before anything is allocated.
-bool may_answer(const RecordRef &ref, uint64 *hash)
+bool may_answer(const bytea *id, uint64 *hash)
 {
-	if (!cache_usable() || !exact_id(ref.id))
+	if (!cache_usable() || !exact_id(id))
 		return false;
-	*hash = hash_id(ref.id);
+	*hash = hash_id(id);
 	return may_hold(*hash);
 }
 
-// Finds the entry of ref's key (whose hash may_answer gave) that may answer
+// Finds the entry of key id `id` (whose hash may_answer gave) that may answer
 // at `now` and hands it to `answer`, which copies what it needs; returns
 // whether `answer` took it and the bucket did not change meanwhile (false
 // when there is none). Without a lock (file header): `answer` must not
@@ -554,7 +406,7 @@ bool may_answer(const RecordRef &ref, uint64 *hash)
 // returns true. An entry made from another idem_records than the current
 // one, or in an earlier epoch, is evicted.
 template <typename Answer>
-bool lookup(const ExtensionObjects &loc, const RecordRef &ref, uint64 hash, TimestampTz now,
+bool lookup(const ExtensionObjects &loc, const bytea *id, uint64 hash, TimestampTz now,
 	    Answer answer)
 {
 	Oid relid = loc.records;
@@ -566,7 +418,7 @@ bool lookup(const ExtensionObjects &loc, const RecordRef &ref, uint64 hash, Time
 	bool hit = false;
 	bool stale = false;
 	uint64 epoch = pg_atomic_read_u64(epoch_of(MyDatabaseId));
-	int slot = find_slot(MyDatabaseId, hash, ref.id);
+	int slot = find_slot(MyDatabaseId, hash, id);
 	Entry *e = slot >= 0 ? in_bucket(hash, slot) : NULL;
 	if (e != NULL) {
 		if (e->relid != relid || e->epoch != epoch)
@@ -585,7 +437,7 @@ bool lookup(const ExtensionObjects &loc, const RecordRef &ref, uint64 hash, Time
 		// evict.
 		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 		epoch = pg_atomic_read_u64(epoch_of(MyDatabaseId));
-		slot = find_slot(MyDatabaseId, hash, ref.id);
+		slot = find_slot(MyDatabaseId, hash, id);
 		if (slot >= 0) {
 			e = in_bucket(hash, slot);
 			if (e->relid != relid || e->epoch != epoch) {
@@ -628,6 +480,19 @@ Replay replay_of(const CacheableRecord &record)
 			r.result = PG_DETOAST_DATUM(record.result);
 	}
 	return r;
+}
+
+// For the isolation spec duplicate_cache_fill_race only: waits for the
+// advisory lock pg_idem.test_cache_fill_lock names, between the table read
+// and the insertion. The setting stays in the release build, which is the
+// build the suite tests and whose settings docs/operations.md lists; off (0, the
+// default), all it costs a fill is one test of a variable, predicted not
+// taken, and its code lies out of line.
+pg_noinline pg_attribute_cold void pause_for_test_fill_lock()
+{
+	Datum key = Int64GetDatum(test_cache_fill_lock);
+	DirectFunctionCall1(pg_advisory_lock_int8, key);
+	DirectFunctionCall1(pg_advisory_unlock_int8, key);
 }
 
 } // namespace
@@ -676,8 +541,8 @@ void cache_init_shmem()
 
 bool cache_usable()
 {
-	return shared != NULL && !IsolationUsesXactSnapshot() && !records_replaced &&
-	       !records_changed && own_change.len == 0;
+	return shared != NULL && !IsolationUsesXactSnapshot() && !cache_xact.records_replaced &&
+	       !cache_xact.records_changed && cache_xact.own_change.len == 0;
 }
 
 uint64 cache_generation(const bytea *id)
@@ -690,17 +555,17 @@ uint64 cache_generation(const bytea *id)
 	return g;
 }
 
-bool cache_lookup(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now)
+bool cache_lookup(const ExtensionObjects &loc, const bytea *id, TimestampTz now)
 {
 	uint64 hash;
-	return may_answer(ref, &hash) && lookup(loc, ref, hash, now, [](const Entry *) { return true; });
+	return may_answer(id, &hash) && lookup(loc, id, hash, now, [](const Entry *) { return true; });
 }
 
-bool cache_lookup_completed(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now,
+bool cache_lookup_completed(const ExtensionObjects &loc, const bytea *id, TimestampTz now,
 			    const text *fingerprint, CachedCompletion *out)
 {
 	uint64 hash;
-	if (!may_answer(ref, &hash))
+	if (!may_answer(id, &hash))
 		return false;
 	uint8 call_fingerprint[fingerprint_digest_length];
 	if (fingerprint != NULL)
@@ -711,7 +576,7 @@ bool cache_lookup_completed(const ExtensionObjects &loc, const RecordRef &ref, T
 					       : NULL;
 	Oid completed = loc.status_completed;
 	uint32 result_len = 0;
-	bool hit = lookup(loc, ref, hash, now, [&](Entry *e) {
+	bool hit = lookup(loc, id, hash, now, [&](Entry *e) {
 		if (!e->replayable)
 			return false;
 		EntryReplay *r = replay_of_entry(e);
@@ -736,10 +601,10 @@ bool cache_lookup_completed(const ExtensionObjects &loc, const RecordRef &ref, T
 	return hit;
 }
 
-void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
+void cache_remember(Relation rel, TupleTableSlot *slot, const bytea *id,
 		    const CacheableRecord &record, uint64 generation)
 {
-	if (!cache_usable() || !exact_id(ref.id) || !guarded_by_triggers(rel))
+	if (!cache_usable() || !exact_id(id) || !cache_guarded_by_triggers(rel))
 		return;
 	bool should_free;
 	HeapTuple tuple = ExecFetchSlotHeapTuple(slot, false, &should_free);
@@ -749,20 +614,17 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 	if (!ok)
 		return;
 	Replay replay = replay_of(record);
-	if (test_cache_fill_lock != 0) {
-		Datum key = Int64GetDatum(test_cache_fill_lock);
-		DirectFunctionCall1(pg_advisory_lock_int8, key);
-		DirectFunctionCall1(pg_advisory_unlock_int8, key);
-	}
+	if (unlikely(test_cache_fill_lock != 0))
+		pause_for_test_fill_lock();
 
-	uint64 hash = hash_id(ref.id);
-	size_t len = VARSIZE_ANY_EXHDR(ref.id);
+	uint64 hash = hash_id(id);
+	size_t len = VARSIZE_ANY_EXHDR(id);
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	if (pg_atomic_read_u64(generation_of(MyDatabaseId, hash)) == generation) {
 		uint32 *tags = tags_of_bucket(hash);
 		// The key's own entry first (a key is never in a bucket twice),
 		// then an empty one.
-		int slot = find_slot(MyDatabaseId, hash, ref.id);
+		int slot = find_slot(MyDatabaseId, hash, id);
 		for (int i = 0; i < ways && slot < 0; i++)
 			if (tags[i] == 0)
 				slot = i;
@@ -798,7 +660,7 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 		victim->hash = hash;
 		victim->expires_at = record.expires_at;
 		pg_atomic_write_u32(&victim->referenced, 0);
-		memcpy(victim->id, VARDATA_ANY(ref.id), len);
+		memcpy(victim->id, VARDATA_ANY(id), len);
 		kept->status = record.status;
 		kept->attempts = int32(record.attempts);
 		kept->has_fingerprint = replay.has_fingerprint;
@@ -813,18 +675,6 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const RecordRef &ref,
 	LWLockRelease(shared->lock);
 }
 
-OwnChange cache_own_change_begin(const bytea *id)
-{
-	OwnChange interrupted = own_change;
-	size_t len = VARSIZE_ANY_EXHDR(id);
-	Assert(len > 0 && len <= max_key_id_bytes);
-	memcpy(own_change.id, VARDATA_ANY(id), len);
-	own_change.len = len;
-	return interrupted;
-}
-
-void cache_own_change_end(const OwnChange &interrupted) { own_change = interrupted; }
-
 void cache_invalidate(const bytea *id)
 {
 	// Only exact ids are ever cached, and a counter only protects the
@@ -838,219 +688,13 @@ void cache_invalidate(const bytea *id)
 	LWLockRelease(shared->lock);
 }
 
-namespace {
+bool cache_exists() { return shared != NULL; }
 
-void bump_epoch(Oid dbid)
+void cache_bump_epoch(Oid dbid)
 {
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	pg_atomic_fetch_add_u64(epoch_of(dbid), 1);
 	LWLockRelease(shared->lock);
 }
 
-// The row of object `oid` in `catalog` (found by its OID index `index` on
-// column `oid_column`) as the running command sees it, its own uncommitted
-// changes included (SnapshotSelf): an object access hook runs before the
-// command counter increment that would show them to the catalog snapshot.
-// Returns whether there is one, after calling `read` with it.
-template <typename Read>
-bool read_current_row(Oid catalog, Oid index, AttrNumber oid_column, Oid oid, Read read)
-{
-	Relation rel = table_open(catalog, AccessShareLock);
-	ScanKeyData key;
-	ScanKeyInit(&key, oid_column, BTEqualStrategyNumber, F_OIDEQ, ObjectIdGetDatum(oid));
-	SysScanDesc scan = systable_beginscan(rel, index, true, SnapshotSelf, 1, &key);
-	HeapTuple row = systable_getnext(scan);
-	bool found = HeapTupleIsValid(row);
-	if (found)
-		read(row);
-	systable_endscan(scan);
-	table_close(rel, AccessShareLock);
-	return found;
-}
-
-// Whether relid is a table named idem_records, in any schema, before the
-// running command or after it (a rename away or back): a user's own table
-// of that name only costs the entries of its database.
-bool named_records(Oid relid)
-{
-	char *before = get_rel_name(relid);
-	bool named = before != NULL && strcmp(before, "idem_records") == 0;
-	if (before != NULL)
-		pfree(before);
-	read_current_row(RelationRelationId, ClassOidIndexId, Anum_pg_class_oid, relid,
-			 [&](HeapTuple row) {
-				 const char *now =
-				     NameStr(reinterpret_cast<Form_pg_class>(GETSTRUCT(row))->relname);
-				 named = named || strcmp(now, "idem_records") == 0;
-			 });
-	return named;
-}
-
-bool trigger_function_name(const char *name)
-{
-	return strcmp(name, "idem_records_changed") == 0 || strcmp(name, "idem_cache_enabled") == 0;
-}
-
-// Whether `function` is named like one of the functions idem_records'
-// triggers run, before the running command or after it.
-bool named_trigger_function(Oid function)
-{
-	char *before = get_func_name(function);
-	bool named = before != NULL && trigger_function_name(before);
-	if (before != NULL)
-		pfree(before);
-	read_current_row(ProcedureRelationId, ProcedureOidIndexId, Anum_pg_proc_oid, function,
-			 [&](HeapTuple row) {
-				 named = named ||
-					 trigger_function_name(NameStr(
-					     reinterpret_cast<Form_pg_proc>(GETSTRUCT(row))->proname));
-			 });
-	return named;
-}
-
-// Whether `access` may change an idem_records without its row triggers: a
-// TRUNCATE, DROP or ALTER TABLE of it (a rename, a column added, dropped or
-// given a new type USING anything), a CREATE (OR REPLACE), ALTER (ENABLE,
-// DISABLE, RENAME) or DROP of one of its triggers (a trigger that cannot be
-// found counts), or a new definition of a function named like those its
-// triggers run.
-bool replaces_records(ObjectAccessType access, Oid class_id, Oid object_id)
-{
-	bool defines = access == OAT_POST_CREATE || access == OAT_POST_ALTER || access == OAT_DROP;
-	if (class_id == RelationRelationId)
-		return (access == OAT_TRUNCATE || defines) && named_records(object_id);
-	if (class_id == TriggerRelationId && defines) {
-		Oid table = InvalidOid;
-		read_current_row(TriggerRelationId, TriggerOidIndexId, Anum_pg_trigger_oid,
-				 object_id, [&](HeapTuple row) {
-					 table = reinterpret_cast<Form_pg_trigger>(GETSTRUCT(row))
-						     ->tgrelid;
-				 });
-		return !OidIsValid(table) || named_records(table);
-	}
-	if (class_id == ProcedureRelationId && defines)
-		return named_trigger_function(object_id);
-	return false;
-}
-
-void note_emptying(ObjectAccessType access, Oid class_id, Oid object_id, int sub_id, void *arg)
-{
-	if (previous_object_access != NULL)
-		previous_object_access(access, class_id, object_id, sub_id, arg);
-	if (shared == NULL)
-		return;
-	if (access == OAT_DROP && class_id == DatabaseRelationId) {
-		bump_epoch(object_id);
-		dropped_database = object_id;
-	} else if (replaces_records(access, class_id, object_id))
-		records_replaced = true;
-}
-
-void bump_at_commit(XactEvent event, void *)
-{
-	switch (event) {
-	case XACT_EVENT_PRE_COMMIT:
-	case XACT_EVENT_PARALLEL_PRE_COMMIT:
-	case XACT_EVENT_PRE_PREPARE:
-		if (records_replaced && shared != NULL)
-			bump_epoch(MyDatabaseId);
-		if (OidIsValid(dropped_database) && shared != NULL)
-			bump_epoch(dropped_database);
-		break;
-	case XACT_EVENT_COMMIT:
-	case XACT_EVENT_PARALLEL_COMMIT:
-	case XACT_EVENT_ABORT:
-	case XACT_EVENT_PARALLEL_ABORT:
-	case XACT_EVENT_PREPARE:
-		records_replaced = false;
-		records_changed = false;
-		dropped_database = InvalidOid;
-		own_change.len = 0;
-		break;
-	}
-}
-
-// An error between cache_own_change_begin and _end that a savepoint
-// catches must not leave the key exempt from idem_records_changing; what
-// the change did is undone, but the transaction stays off the cache.
-void end_own_change_on_abort(SubXactEvent event, SubTransactionId, SubTransactionId, void *)
-{
-	if (event == SUBXACT_EVENT_ABORT_SUB && own_change.len > 0) {
-		own_change.len = 0;
-		records_changed = true;
-	}
-}
-
-void forget_guard_verdict(Oid relid)
-{
-	if (relid == InvalidOid || relid == guard_relid) {
-		guard_verdict = -1;
-		guard_resets++;
-	}
-}
-
-void forget_guard_verdict_of_functions(Datum, int, uint32)
-{
-	guard_verdict = -1;
-	guard_resets++;
-}
-
-} // namespace
-
-void cache_register_hooks()
-{
-	previous_object_access = object_access_hook;
-	object_access_hook = note_emptying;
-	RegisterXactCallback(bump_at_commit, NULL);
-	RegisterSubXactCallback(end_own_change_on_abort, NULL);
-	on_relation_invalidation(forget_guard_verdict);
-	CacheRegisterSyscacheCallback(PROCOID, forget_guard_verdict_of_functions, 0);
-}
-
 } // namespace idem
-
-// idem_records' three triggers (pg_idem--0.1--0.2.sql; file header):
-//   idem_records_changed, AFTER UPDATE OR DELETE, per row: forgets the key
-//     of the old row (and of the new one, should an UPDATE change key_id),
-//     after the change, as cache_invalidate requires;
-//   idem_records_changing, BEFORE UPDATE OR DELETE, per row: keeps this
-//     transaction off the cache until it ends, unless the change is
-//     pg_idem's own (cache_own_change_begin), which invalidates at once;
-//   idem_records_truncating, BEFORE TRUNCATE: the same, and the epoch is
-//     bumped at commit (even for a TRUNCATE that logical replication
-//     applies, which no object access hook sees).
-IDEM_SQL_FUNCTION(idem_records_changed)
-{
-	if (!CALLED_AS_TRIGGER(fcinfo))
-		ereport(ERROR, errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-			errmsg("idem_records_changed: not called as a trigger"));
-	TriggerData *trigger = reinterpret_cast<TriggerData *>(fcinfo->context);
-	TriggerEvent event = trigger->tg_event;
-	TupleDesc desc = RelationGetDescr(trigger->tg_relation);
-	bool isnull;
-	if (TRIGGER_FIRED_BY_TRUNCATE(event)) {
-		idem::records_replaced = true;
-		return PointerGetDatum(NULL);
-	}
-	if (TRIGGER_FIRED_BEFORE(event)) {
-		Datum id = heap_getattr(trigger->tg_trigtuple, 1, desc, &isnull);
-		if (isnull || !idem::own_change_of(DatumGetByteaPP(id)))
-			idem::records_changed = true;
-		return PointerGetDatum(TRIGGER_FIRED_BY_UPDATE(event) ? trigger->tg_newtuple
-								      : trigger->tg_trigtuple);
-	}
-	if (idem::shared != NULL) {
-		HeapTuple rows[] = {trigger->tg_trigtuple, trigger->tg_newtuple};
-		for (HeapTuple row : rows) {
-			if (row == NULL)
-				continue;
-			Datum id = heap_getattr(row, 1, desc, &isnull);
-			if (!isnull)
-				idem::cache_invalidate(DatumGetByteaPP(id));
-		}
-	}
-	return PointerGetDatum(NULL);
-}
-
-// idem_cache_enabled(): whether the duplicate cache exists on this server.
-IDEM_SQL_FUNCTION(idem_cache_enabled) { PG_RETURN_BOOL(idem::shared != NULL); }

@@ -31,7 +31,7 @@ extern "C" {
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
-#include "pg/scope_grants.hpp"
+#include "pg/scopes/scope_grants.hpp"
 
 #include <cstring>
 
@@ -119,6 +119,12 @@ bool read_and_decide(const ExtensionObjects &objects, Oid role, const char *name
 
 } // namespace
 
+// PostgreSQL calls this through the guard (guard.hpp).
+extern "C" void idem_scope_grants_forget_all(Datum arg, int cache_id, uint32 hash)
+{
+	guard([&] { forget_all(arg, cache_id, hash); });
+}
+
 bool may_use_every_scope(Oid role)
 {
 	return superuser_arg(role) || has_privs_of_role(role, extension_objects().owner);
@@ -171,8 +177,8 @@ void check_scope(const char *fn, Oid role, const text *name, const char *what)
 void scope_grants_register_callbacks()
 {
 	// Changes of idem_scope_grants come through extension_objects_generation().
-	CacheRegisterSyscacheCallback(AUTHOID, forget_all, 0);
-	CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, forget_all, 0);
+	CacheRegisterSyscacheCallback(AUTHOID, idem_scope_grants_forget_all, 0);
+	CacheRegisterSyscacheCallback(AUTHMEMROLEMEM, idem_scope_grants_forget_all, 0);
 }
 
 } // namespace idem

@@ -35,10 +35,10 @@ extern "C" {
 #include "pg/extension_objects.hpp"
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
-#include "pg/records.hpp"
+#include "pg/records/records.hpp"
 #include "pg/relation_invalidation.hpp"
-#include "pg/scope_grants.hpp"
-#include "pg/scopes.hpp"
+#include "pg/scopes/scope_grants.hpp"
+#include "pg/scopes/scopes.hpp"
 #include "pg/settings.hpp"
 
 #include <cstring>

@@ -41,7 +41,8 @@
 #include <thread>
 #include <vector>
 
-namespace {
+namespace
+{
 
 struct Options {
 	std::string command;
@@ -131,7 +132,7 @@ redisReply *redis_cmd(redisContext *c, const char *fmt, ...)
 
 struct Counts {
 	long long messages = 0;
-	long long fresh = 0; // new orders
+	long long fresh = 0;   // new orders
 	long long skipped = 0; // redis mode: SET NX said duplicate
 };
 
@@ -189,8 +190,7 @@ void worker(Shared *sh, int tid, Counts *out)
 			c.fresh++;
 
 		if (rc != nullptr) {
-			redisReply *r = redis_cmd(rc, "SET %s%s IN_PROGRESS NX EX 60",
-						  o.prefix.c_str(), key);
+			redisReply *r = redis_cmd(rc, "SET %s%s IN_PROGRESS NX EX 60", o.prefix.c_str(), key);
 			bool claimed = r->type != REDIS_REPLY_NIL;
 			freeReplyObject(r);
 			if (!claimed) {
@@ -248,9 +248,9 @@ int run(const Options &o)
 		total.skipped += c.skipped;
 	}
 	std::printf("mode = %s\nthreads = %d\nseconds = %.3f\nmessages = %lld\nnew = %lld\n"
-		    "redelivered = %lld\nredis_skipped = %lld\n",
-		    o.mode.c_str(), o.threads, elapsed, total.messages, total.fresh,
-		    total.messages - total.fresh, total.skipped);
+	            "redelivered = %lld\nredis_skipped = %lld\n",
+	            o.mode.c_str(), o.threads, elapsed, total.messages, total.fresh,
+	            total.messages - total.fresh, total.skipped);
 	std::printf("messages_per_second = %.1f\n", total.messages / elapsed);
 	return 0;
 }
@@ -261,8 +261,8 @@ int dump(const Options &o)
 	std::string pattern = o.prefix + "*";
 	std::string cursor = "0";
 	do {
-		redisReply *r = redis_cmd(c, "SCAN %s MATCH %s COUNT 1000", cursor.c_str(),
-					  pattern.c_str());
+		redisReply *r =
+		    redis_cmd(c, "SCAN %s MATCH %s COUNT 1000", cursor.c_str(), pattern.c_str());
 		if (r->type != REDIS_REPLY_ARRAY || r->elements != 2)
 			die("unexpected SCAN reply");
 		cursor = r->element[0]->str;
@@ -281,7 +281,7 @@ int dump(const Options &o)
 			for (size_t i = 0; i < keys->elements; i++) {
 				redisReply *v = vals->element[i];
 				std::printf("%s\t%s\n", keys->element[i]->str,
-					    v->type == REDIS_REPLY_STRING ? v->str : "\\N");
+				            v->type == REDIS_REPLY_STRING ? v->str : "\\N");
 			}
 			freeReplyObject(vals);
 		}

@@ -6,13 +6,21 @@
 #include <algorithm>
 #include <cstring>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
-inline bool is_digit(char c) { return c >= '0' && c <= '9'; }
+inline bool is_digit(char c)
+{
+	return c >= '0' && c <= '9';
+}
 
-inline bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+inline bool is_space(char c)
+{
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 // Byte classes for the two hot loops, one table lookup per byte.
 struct ByteTable {
@@ -226,8 +234,9 @@ std::string quoted_name(std::string_view name)
 // The parser. One loop: read a value; if it opened a container, go on with
 // the container's first value; else close containers as long as their end
 // follows, then go on with the next value after a comma.
-class JsonParser {
-      public:
+class JsonParser
+{
+  public:
 	JsonParser(JsonDocument &doc, std::string_view in, JsonError &err)
 	    : doc_(doc), begin_(in.data()), p_(in.data()), end_(in.data() + in.size()), err_(err)
 	{
@@ -235,7 +244,7 @@ class JsonParser {
 
 	bool run();
 
-      private:
+  private:
 	using NodeKind = JsonDocument::NodeKind;
 	struct Frame {
 		size_t node;
@@ -255,7 +264,7 @@ class JsonParser {
 		if (at == end_)
 			return fail(JsonErrc::syntax, at, "invalid JSON: unexpected end of input");
 		return fail(JsonErrc::syntax, at,
-			    "invalid JSON at offset " + std::to_string(at - begin_) + ": " + what);
+		            "invalid JSON at offset " + std::to_string(at - begin_) + ": " + what);
 	}
 	void skip_space()
 	{
@@ -280,7 +289,7 @@ class JsonParser {
 	JsonError &err_;
 	std::vector<Frame> stack_;
 	std::vector<size_t> members_; // name nodes of the open objects' members
-	std::string digits_;	      // scratch for number()
+	std::string digits_;          // scratch for number()
 };
 
 bool JsonParser::run()
@@ -367,8 +376,8 @@ bool JsonParser::open(bool object)
 {
 	if (stack_.size() >= json_max_depth)
 		return fail(JsonErrc::too_deep, p_,
-			    "JSON value nested deeper than " + std::to_string(json_max_depth) +
-				" levels at offset " + std::to_string(p_ - begin_));
+		            "JSON value nested deeper than " + std::to_string(json_max_depth) +
+		                " levels at offset " + std::to_string(p_ - begin_));
 	p_++;
 	stack_.push_back(Frame{doc_.nodes_.size(), members_.size(), object});
 	doc_.nodes_.push_back({object ? NodeKind::object : NodeKind::array, 0, 0});
@@ -388,11 +397,11 @@ bool JsonParser::close()
 	auto name = [&doc](size_t i) { return doc.text_of(doc.nodes_[i]); };
 	auto first = members_.begin() + f.first_member;
 	std::sort(first, members_.end(),
-		  [&name](size_t x, size_t y) { return compare_utf16(name(x), name(y)) < 0; });
+	          [&name](size_t x, size_t y) { return compare_utf16(name(x), name(y)) < 0; });
 	for (auto it = first; it != members_.end() && it + 1 != members_.end(); ++it)
 		if (name(*it) == name(*(it + 1)))
 			return fail(JsonErrc::duplicate_member, p_ - 1,
-				    "duplicate JSON object member name " + quoted_name(name(*it)));
+			            "duplicate JSON object member name " + quoted_name(name(*it)));
 	node.b = doc_.order_.size();
 	doc_.order_.push_back(size_t(members_.end() - first));
 	doc_.order_.insert(doc_.order_.end(), first, members_.end());
@@ -438,7 +447,7 @@ bool JsonParser::string(NodeKind kind)
 			return syntax(p_, "control character in a string (it must be escaped)");
 		} else {
 			size_t len = utf8_sequence_length(reinterpret_cast<const unsigned char *>(p_),
-							  size_t(end_ - p_));
+			                                  size_t(end_ - p_));
 			if (len == 0)
 				return syntax(p_, "invalid UTF-8");
 			text.append(p_, len);
@@ -585,9 +594,9 @@ bool JsonParser::number()
 		int64_t n = int64_t(int_end - int_begin) - int64_t(first) + exponent;
 		if (n - 1 > json_max_exponent || n - 1 < -json_max_exponent)
 			return fail(JsonErrc::number_out_of_range, start,
-				    "JSON number at offset " + std::to_string(start - begin_) +
-					" is out of range (its decimal exponent exceeds " +
-					std::to_string(json_max_exponent) + " in magnitude)");
+			            "JSON number at offset " + std::to_string(start - begin_) +
+			                " is out of range (its decimal exponent exceeds " +
+			                std::to_string(json_max_exponent) + " in magnitude)");
 		if (negative)
 			text += '-';
 		if (k <= n && n <= 21) {
@@ -622,8 +631,8 @@ bool JsonParser::literal()
 		size_t len;
 		NodeKind kind;
 	} literals[] = {{"true", 4, NodeKind::true_value},
-			{"false", 5, NodeKind::false_value},
-			{"null", 4, NodeKind::null}};
+	                {"false", 5, NodeKind::false_value},
+	                {"null", 4, NodeKind::null}};
 	for (const auto &l : literals) {
 		if (size_t(end_ - p_) >= l.len && memcmp(p_, l.word, l.len) == 0) {
 			p_ += l.len;

@@ -53,17 +53,18 @@
 #include <string_view>
 #include <vector>
 
-namespace idem {
+namespace idem
+{
 
 constexpr size_t json_max_depth = 1000;
 constexpr int64_t json_max_exponent = 1000000;
 
 enum class JsonErrc {
 	none,
-	syntax,		  // not JSON text (including invalid UTF-8 and lone surrogates)
-	too_deep,	  // arrays and objects nested deeper than json_max_depth
+	syntax,              // not JSON text (including invalid UTF-8 and lone surrogates)
+	too_deep,            // arrays and objects nested deeper than json_max_depth
 	number_out_of_range, // a number's exponent beyond json_max_exponent
-	duplicate_member, // an object names the same member twice
+	duplicate_member,    // an object names the same member twice
 };
 
 struct JsonError {
@@ -72,8 +73,9 @@ struct JsonError {
 	std::string message; // lower case, no trailing period
 };
 
-class JsonDocument {
-      public:
+class JsonDocument
+{
+  public:
 	enum class Kind : uint8_t { null, false_value, true_value, number, string, array, object };
 	// A value in the document: an index into its node array.
 	using Value = size_t;
@@ -103,16 +105,16 @@ class JsonDocument {
 	// Feeds the canonical text of v to h, without building it whole.
 	void hash_canonical(Value v, Sha256 &h) const;
 
-      private:
+  private:
 	enum class NodeKind : uint8_t {
 		null,
 		false_value,
 		true_value,
 		number, // a, b: offset and length of its canonical text in text_
 		string, // a, b: offset and length of its decoded UTF-8 in text_
-		array,	// a: index just past its subtree; b: element count
+		array,  // a: index just past its subtree; b: element count
 		object, // a: index just past its subtree; b: offset in order_
-		name,	// a member name, like string; its value is the next node
+		name,   // a member name, like string; its value is the next node
 	};
 	struct Node {
 		NodeKind kind;

@@ -2,9 +2,11 @@
 #include "claim_rules.hpp"
 #include "sha256.hpp"
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 bool attempts_left(const ClaimView &record, const ClaimPolicy &policy)
 {
@@ -43,7 +45,7 @@ ClaimAction decide_claim(const ClaimView &record, const ClaimPolicy &policy) noe
 }
 
 RecordState decide_failure(int attempts, int attempt_base, int max_attempts,
-			   bool retryable) noexcept
+                           bool retryable) noexcept
 {
 	if (!retryable || attempts - attempt_base >= max_attempts)
 		return RecordState::dead;
@@ -60,7 +62,7 @@ FingerprintCheck check_fingerprint(size_t len) noexcept
 }
 
 void fingerprint_digest(const char *text, size_t len,
-			uint8_t out[fingerprint_digest_length]) noexcept
+                        uint8_t out[fingerprint_digest_length]) noexcept
 {
 	Sha256 sha;
 	sha.update(text, len);

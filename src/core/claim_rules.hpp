@@ -25,19 +25,20 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace idem {
+namespace idem
+{
 
 enum class RecordState { absent, in_progress, completed, failed, dead };
 
 struct ClaimView {
 	RecordState state;
-	int attempts;	       // the latest attempt number (0 when absent)
-	int attempt_base;      // attempts used before the last idem_retry
-	bool expired;	       // past its TTL (never true while in progress)
-	bool lease_expired;    // in progress, and its lease has run out
-	bool holder_gone;      // in progress, and its holder's session has ended
+	int attempts;             // the latest attempt number (0 when absent)
+	int attempt_base;         // attempts used before the last idem_retry
+	bool expired;             // past its TTL (never true while in progress)
+	bool lease_expired;       // in progress, and its lease has run out
+	bool holder_gone;         // in progress, and its holder's session has ended
 	bool fingerprint_differs; // both the record and the call have one, unequal
-				  // (never for a failed record: it binds none)
+	                          // (never for a failed record: it binds none)
 };
 
 struct ClaimPolicy {
@@ -46,12 +47,12 @@ struct ClaimPolicy {
 };
 
 enum class ClaimAction {
-	claim_new,	    // write a fresh record, attempt 1
-	claim_next,	    // take the record over with attempt = attempts + 1
+	claim_new,          // write a fresh record, attempt 1
+	claim_next,         // take the record over with attempt = attempts + 1
 	report_in_progress, // someone else holds a live lease
 	report_completed,   // replay the stored result
-	report_dead,	    // attempts used up
-	mark_dead,	    // would need one more attempt than allowed: record dead
+	report_dead,        // attempts used up
+	mark_dead,          // would need one more attempt than allowed: record dead
 	report_mismatch,    // same key, different payload
 };
 
@@ -59,7 +60,7 @@ ClaimAction decide_claim(const ClaimView &record, const ClaimPolicy &policy) noe
 
 // What a failure makes of the record: failed (retry later) or dead.
 RecordState decide_failure(int attempts, int attempt_base, int max_attempts,
-			   bool retryable) noexcept;
+                           bool retryable) noexcept;
 
 // A payload fingerprint is opaque text, compared for equality: the
 // canonical SHA-256 of idem_fingerprint, or a client library's own payload
@@ -73,6 +74,6 @@ FingerprintCheck check_fingerprint(size_t len) noexcept;
 // their digests are (barring a SHA-256 collision).
 constexpr size_t fingerprint_digest_length = 32;
 void fingerprint_digest(const char *text, size_t len,
-			uint8_t out[fingerprint_digest_length]) noexcept;
+                        uint8_t out[fingerprint_digest_length]) noexcept;
 
 } // namespace idem

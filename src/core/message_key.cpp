@@ -6,9 +6,11 @@
 
 #include <algorithm>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 void to_hex(const uint8_t digest[Sha256::digest_size], std::string &hex)
 {
@@ -28,18 +30,21 @@ bool fail(KeyError &err, KeyErrc code, std::string message)
 	return false;
 }
 
-std::string quoted(std::string_view path) { return "\"" + std::string(path) + "\""; }
+std::string quoted(std::string_view path)
+{
+	return "\"" + std::string(path) + "\"";
+}
 
 // Splits a path into segments; ends[i] is where segment i ends in the path
 // as written, for naming the part of a path that was resolved so far.
 bool split_path(std::string_view path, size_t number, std::vector<std::string> &segments,
-		std::vector<size_t> &ends, KeyError &err)
+                std::vector<size_t> &ends, KeyError &err)
 {
 	segments.clear();
 	ends.clear();
 	if (!valid_utf8(path))
 		return fail(err, KeyErrc::invalid_path,
-			    "field number " + std::to_string(number) + " is not valid UTF-8");
+		            "field number " + std::to_string(number) + " is not valid UTF-8");
 	if (path.empty())
 		return fail(err, KeyErrc::invalid_path, "field \"\" is empty");
 	std::string segment;
@@ -47,16 +52,16 @@ bool split_path(std::string_view path, size_t number, std::vector<std::string> &
 		if (i == path.size() || path[i] == '.') {
 			if (segment.empty())
 				return fail(err, KeyErrc::invalid_path,
-					    "field " + quoted(path) + " has an empty segment");
+				            "field " + quoted(path) + " has an empty segment");
 			segments.push_back(std::move(segment));
 			ends.push_back(i);
 			segment.clear();
 		} else if (path[i] == '\\') {
 			if (i + 1 == path.size() || (path[i + 1] != '.' && path[i + 1] != '\\'))
 				return fail(err, KeyErrc::invalid_path,
-					    "field " + quoted(path) +
-						" has an invalid escape (a backslash must be "
-						"followed by \".\" or \"\\\")");
+				            "field " + quoted(path) +
+				                " has an invalid escape (a backslash must be "
+				                "followed by \".\" or \"\\\")");
 			segment += path[++i];
 		} else {
 			segment += path[i];
@@ -103,8 +108,8 @@ const char *kind_name(JsonDocument::Kind kind)
 
 // Finds the value a path selects.
 bool resolve(const JsonDocument &doc, std::string_view path,
-	     const std::vector<std::string> &segments, const std::vector<size_t> &ends,
-	     JsonDocument::Value &value, KeyError &err)
+             const std::vector<std::string> &segments, const std::vector<size_t> &ends,
+             JsonDocument::Value &value, KeyError &err)
 {
 	JsonDocument::Value v = doc.root();
 	for (size_t i = 0; i < segments.size(); i++) {
@@ -117,18 +122,17 @@ bool resolve(const JsonDocument &doc, std::string_view path,
 			size_t index;
 			if (!array_index(segments[i], index))
 				return fail(err, KeyErrc::wrong_type,
-					    "field " + quoted(path) + " cannot be selected: " +
-						reached + " is an array and " +
-						quoted(segments[i]) + " is not an index");
+				            "field " + quoted(path) + " cannot be selected: " + reached +
+				                " is an array and " + quoted(segments[i]) + " is not an index");
 			v = doc.element(v, index);
 		} else {
 			return fail(err, KeyErrc::wrong_type,
-				    "field " + quoted(path) + " cannot be selected: " + reached +
-					" is " + kind_name(kind) + ", not an object or array");
+			            "field " + quoted(path) + " cannot be selected: " + reached + " is " +
+			                kind_name(kind) + ", not an object or array");
 		}
 		if (v == JsonDocument::npos)
 			return fail(err, KeyErrc::missing_field,
-				    "field " + quoted(path) + " is missing from the payload");
+			            "field " + quoted(path) + " is missing from the payload");
 	}
 	value = v;
 	return true;
@@ -137,7 +141,7 @@ bool resolve(const JsonDocument &doc, std::string_view path,
 } // namespace
 
 bool parse_field_path(std::string_view path, size_t number, std::vector<std::string> &segments,
-		      KeyError &err)
+                      KeyError &err)
 {
 	std::vector<size_t> ends;
 	return split_path(path, number, segments, ends, err);
@@ -162,7 +166,7 @@ bool fingerprint_hex(std::string_view json_text, std::string &hex, JsonError &er
 }
 
 bool message_key_hex(const JsonDocument &payload, const std::string_view *fields, size_t count,
-		     std::string &hex, KeyError &err)
+                     std::string &hex, KeyError &err)
 {
 	if (count == 0)
 		return fail(err, KeyErrc::no_fields, "the message key needs at least one field");
@@ -180,13 +184,12 @@ bool message_key_hex(const JsonDocument &payload, const std::string_view *fields
 	std::vector<size_t> order(count);
 	for (size_t i = 0; i < count; i++)
 		order[i] = i;
-	std::sort(order.begin(), order.end(), [fields](size_t a, size_t b) {
-		return compare_utf16(fields[a], fields[b]) < 0;
-	});
+	std::sort(order.begin(), order.end(),
+	          [fields](size_t a, size_t b) { return compare_utf16(fields[a], fields[b]) < 0; });
 	for (size_t i = 1; i < count; i++)
 		if (fields[order[i - 1]] == fields[order[i]])
 			return fail(err, KeyErrc::duplicate_field,
-				    "field " + quoted(fields[order[i]]) + " is named twice");
+			            "field " + quoted(fields[order[i]]) + " is named twice");
 
 	std::vector<JsonDocument::Value> values(count);
 	for (size_t i = 0; i < count; i++)
@@ -210,7 +213,7 @@ bool message_key_hex(const JsonDocument &payload, const std::string_view *fields
 }
 
 bool message_key_hex(std::string_view json_text, const std::string_view *fields, size_t count,
-		     std::string &hex, KeyError &err)
+                     std::string &hex, KeyError &err)
 {
 	JsonDocument doc;
 	JsonError json_err;

@@ -43,25 +43,26 @@
 #include <string_view>
 #include <vector>
 
-namespace idem {
+namespace idem
+{
 
 // Digests are SHA-256 in lower-case hex.
 constexpr size_t digest_hex_length = 64;
 
 enum class KeyErrc {
 	none,
-	invalid_json,	 // the payload; KeyError::json says how
-	no_fields,	 // an empty field list
-	invalid_path,	 // empty path or segment, bad escape, invalid UTF-8
+	invalid_json,    // the payload; KeyError::json says how
+	no_fields,       // an empty field list
+	invalid_path,    // empty path or segment, bad escape, invalid UTF-8
 	duplicate_field, // the same path twice
-	missing_field,	 // no such member, or an index out of range
-	wrong_type,	 // a segment applied to a scalar, or a name to an array
+	missing_field,   // no such member, or an index out of range
+	wrong_type,      // a segment applied to a scalar, or a name to an array
 };
 
 struct KeyError {
 	KeyErrc code = KeyErrc::none;
 	JsonErrc json = JsonErrc::none; // when code is invalid_json
-	std::string message;		// lower case, no trailing period
+	std::string message;            // lower case, no trailing period
 };
 
 // The fingerprint of a payload. Returns false and fills err when it is not
@@ -72,14 +73,14 @@ void fingerprint_hex(const JsonDocument &payload, std::string &hex);
 
 // The message key of a payload for the given field paths.
 bool message_key_hex(std::string_view json_text, const std::string_view *fields, size_t count,
-		     std::string &hex, KeyError &err);
+                     std::string &hex, KeyError &err);
 // The same for a parsed payload, so that the key and the fingerprint can
 // share one parse.
 bool message_key_hex(const JsonDocument &payload, const std::string_view *fields, size_t count,
-		     std::string &hex, KeyError &err);
+                     std::string &hex, KeyError &err);
 
 inline bool message_key_hex(std::string_view json_text, const std::vector<std::string_view> &fields,
-			    std::string &hex, KeyError &err)
+                            std::string &hex, KeyError &err)
 {
 	return message_key_hex(json_text, fields.data(), fields.size(), hex, err);
 }
@@ -88,6 +89,6 @@ inline bool message_key_hex(std::string_view json_text, const std::vector<std::s
 // e.g. to validate a field list before any payload arrives. `number` is the
 // path's 1-based position in its list, for the invalid UTF-8 message.
 bool parse_field_path(std::string_view path, size_t number, std::vector<std::string> &segments,
-		      KeyError &err);
+                      KeyError &err);
 
 } // namespace idem

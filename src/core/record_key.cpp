@@ -5,9 +5,11 @@
 
 #include <cstring>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 constexpr uint8_t short_form = 0x00;
 constexpr uint8_t long_form = 0x01;
 } // namespace
@@ -26,7 +28,7 @@ KeyCheck check_record_key(size_t scope_len, size_t key_len) noexcept
 }
 
 size_t record_key_id(const char *scope, size_t scope_len, const char *key, size_t key_len,
-		     uint8_t out[max_key_id_bytes]) noexcept
+                     uint8_t out[max_key_id_bytes]) noexcept
 {
 	if (2 + scope_len + key_len <= max_key_id_bytes) {
 		out[0] = short_form;
@@ -36,7 +38,7 @@ size_t record_key_id(const char *scope, size_t scope_len, const char *key, size_
 		return 2 + scope_len + key_len;
 	}
 	uint8_t prefix[4] = {uint8_t(scope_len >> 24), uint8_t(scope_len >> 16),
-			     uint8_t(scope_len >> 8), uint8_t(scope_len)};
+	                     uint8_t(scope_len >> 8), uint8_t(scope_len)};
 	Sha256 h;
 	h.update(prefix, sizeof prefix);
 	h.update(scope, scope_len);

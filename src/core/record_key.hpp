@@ -20,7 +20,8 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace idem {
+namespace idem
+{
 
 constexpr size_t max_scope_bytes = 128;
 constexpr size_t max_key_bytes = 1024 * 1024;
@@ -39,7 +40,7 @@ KeyCheck check_record_key(size_t scope_len, size_t key_len) noexcept;
 
 // Writes the key id of a checked (scope, key) to `out` and returns its length.
 size_t record_key_id(const char *scope, size_t scope_len, const char *key, size_t key_len,
-		     uint8_t out[max_key_id_bytes]) noexcept;
+                     uint8_t out[max_key_id_bytes]) noexcept;
 
 // A well-mixed 32-bit hash of a key id, for spreading keys over buckets.
 uint32_t key_id_hash(const uint8_t *id, size_t len) noexcept;

@@ -5,22 +5,33 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 constexpr uint8_t format_version = 1;
 constexpr size_t header_bytes = 11;
 
-size_t bitmap_bytes(int32_t window) { return (size_t(window) + 7) / 8; }
+size_t bitmap_bytes(int32_t window)
+{
+	return (size_t(window) + 7) / 8;
+}
 
 } // namespace
 
 ReplayWindow::ReplayWindow() noexcept : high_(-1), window_(0), bits_{} {}
 
-bool ReplayWindow::bit(int64_t i) const noexcept { return (bits_[i / 64] >> (i % 64)) & 1; }
+bool ReplayWindow::bit(int64_t i) const noexcept
+{
+	return (bits_[i / 64] >> (i % 64)) & 1;
+}
 
-void ReplayWindow::set_bit(int64_t i) noexcept { bits_[i / 64] |= uint64_t(1) << (i % 64); }
+void ReplayWindow::set_bit(int64_t i) noexcept
+{
+	bits_[i / 64] |= uint64_t(1) << (i % 64);
+}
 
 void ReplayWindow::clear_above_window() noexcept
 {
@@ -81,7 +92,7 @@ bool ReplayWindow::advance(int64_t position, int32_t window)
 		throw std::invalid_argument("stream position must not be negative");
 	if (window < 0 || window > replay_window_max)
 		throw std::invalid_argument("replay window must be between 0 and " +
-					    std::to_string(replay_window_max));
+		                            std::to_string(replay_window_max));
 	resize(window);
 	if (high_ < 0) {
 		high_ = position;
@@ -99,7 +110,10 @@ bool ReplayWindow::advance(int64_t position, int32_t window)
 	return true;
 }
 
-size_t ReplayWindow::serialized_size() const noexcept { return header_bytes + bitmap_bytes(window_); }
+size_t ReplayWindow::serialized_size() const noexcept
+{
+	return header_bytes + bitmap_bytes(window_);
+}
 
 size_t ReplayWindow::serialize(uint8_t *out) const noexcept
 {

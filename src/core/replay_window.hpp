@@ -45,13 +45,15 @@
 #include <string>
 #include <string_view>
 
-namespace idem {
+namespace idem
+{
 
 constexpr int32_t replay_window_max = 8192;
 constexpr size_t replay_window_max_bytes = 11 + replay_window_max / 8;
 
-class ReplayWindow {
-      public:
+class ReplayWindow
+{
+  public:
 	ReplayWindow() noexcept;
 
 	// Whether `position` is new, and if so records it (see above).
@@ -77,7 +79,7 @@ class ReplayWindow {
 	bool operator==(const ReplayWindow &other) const noexcept;
 	bool operator!=(const ReplayWindow &other) const noexcept { return !(*this == other); }
 
-      private:
+  private:
 	static constexpr int words = replay_window_max / 64;
 
 	void resize(int32_t window) noexcept;

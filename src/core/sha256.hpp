@@ -6,10 +6,12 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace idem {
+namespace idem
+{
 
-class Sha256 {
-      public:
+class Sha256
+{
+  public:
 	static constexpr size_t digest_size = 32;
 
 	Sha256() noexcept;
@@ -17,7 +19,7 @@ class Sha256 {
 	// Writes the 32-byte digest. The object must not be updated afterwards.
 	void finish(uint8_t out[digest_size]) noexcept;
 
-      private:
+  private:
 	void compress(const uint8_t block[64]) noexcept;
 
 	uint32_t state_[8];

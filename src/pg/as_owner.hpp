@@ -22,7 +22,8 @@ extern "C" {
 
 #include "pg/extension_objects.hpp"
 
-namespace idem {
+namespace idem
+{
 
 template <typename Body> Datum run_as_owner(Body body, FunctionCallInfo fcinfo)
 {
@@ -40,13 +41,13 @@ template <typename Body> Datum run_as_owner(Body body, FunctionCallInfo fcinfo)
 // IDEM_SQL_FUNCTION for a function that runs as the owner: its body is
 // given `caller`, the role it acts for.
 #define IDEM_SQL_FUNCTION_AS_OWNER(name)                                                           \
-	extern "C" {                                                                               \
-	PG_FUNCTION_INFO_V1(name);                                                                 \
-	}                                                                                          \
-	static Datum name##_body(FunctionCallInfo fcinfo, Oid caller);                             \
-	extern "C" Datum name(PG_FUNCTION_ARGS)                                                    \
-	{                                                                                          \
-		return idem::guarded(                                                              \
-		    [](FunctionCallInfo f) { return idem::run_as_owner(name##_body, f); }, fcinfo); \
-	}                                                                                          \
+	extern "C" {                                                                                   \
+	PG_FUNCTION_INFO_V1(name);                                                                     \
+	}                                                                                              \
+	static Datum name##_body(FunctionCallInfo fcinfo, Oid caller);                                 \
+	extern "C" Datum name(PG_FUNCTION_ARGS)                                                        \
+	{                                                                                              \
+		return idem::guarded(                                                                      \
+		    [](FunctionCallInfo f) { return idem::run_as_owner(name##_body, f); }, fcinfo);        \
+	}                                                                                              \
 	static Datum name##_body(FunctionCallInfo fcinfo, Oid caller)

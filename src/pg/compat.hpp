@@ -67,7 +67,8 @@ inline LocalPgBackendStatus *pgstat_get_local_beentry_by_index(int idx)
 }
 #endif
 
-namespace idem::compat {
+namespace idem::compat
+{
 
 // [17] MyBackendId (1-based, InvalidBackendId = 0 when there is none) gave
 // way to MyProcNumber (0-based, INVALID_PROC_NUMBER = -1). This is the
@@ -112,13 +113,13 @@ inline PgStat_Counter dead_tuples(const PgStat_StatTabEntry *entry)
 // answer as !HeapTupleIsHeapOnly(newtup) after TM_Ok, which all versions
 // give, so the caller asks that.
 inline TM_Result heap_update(Relation relation, ItemPointer otid, HeapTuple newtup, CommandId cid,
-			     Snapshot crosscheck, bool wait, TM_FailureData *tmfd,
-			     LockTupleMode *lockmode)
+                             Snapshot crosscheck, bool wait, TM_FailureData *tmfd,
+                             LockTupleMode *lockmode)
 {
 #if PG_VERSION_NUM >= 160000
 	TU_UpdateIndexes update_indexes;
 	return ::heap_update(relation, otid, newtup, cid, crosscheck, wait, tmfd, lockmode,
-			     &update_indexes);
+	                     &update_indexes);
 #else
 	return ::heap_update(relation, otid, newtup, cid, crosscheck, wait, tmfd, lockmode);
 #endif
@@ -127,22 +128,22 @@ inline TM_Result heap_update(Relation relation, ItemPointer otid, HeapTuple newt
 // [16] ExecInsertIndexTuples gained bool onlySummarizing (true after a HOT
 // update that changed a summarizing index's column). Here: every index.
 inline List *ExecInsertIndexTuples(ResultRelInfo *resultRelInfo, TupleTableSlot *slot,
-				   EState *estate, bool update, bool noDupErr, bool *specConflict,
-				   List *arbiterIndexes)
+                                   EState *estate, bool update, bool noDupErr, bool *specConflict,
+                                   List *arbiterIndexes)
 {
 #if PG_VERSION_NUM >= 160000
 	return ::ExecInsertIndexTuples(resultRelInfo, slot, estate, update, noDupErr, specConflict,
-				       arbiterIndexes, false);
+	                               arbiterIndexes, false);
 #else
 	return ::ExecInsertIndexTuples(resultRelInfo, slot, estate, update, noDupErr, specConflict,
-				       arbiterIndexes);
+	                               arbiterIndexes);
 #endif
 }
 
 // [18] index_beginscan gained IndexScanInstrumentation *instrument (for
 // EXPLAIN ANALYZE). Here: none.
 inline IndexScanDesc index_beginscan(Relation heapRelation, Relation indexRelation,
-				     Snapshot snapshot, int nkeys, int norderbys)
+                                     Snapshot snapshot, int nkeys, int norderbys)
 {
 #if PG_VERSION_NUM >= 180000
 	return ::index_beginscan(heapRelation, indexRelation, snapshot, NULL, nkeys, norderbys);
@@ -182,7 +183,7 @@ inline void set_vacuum_params_added_after_15(VacuumParams *params)
 // both itself (PortalContext must be set). vac_context must outlive the call;
 // the caller frees it.
 inline void vacuum(List *relations, VacuumParams *params, MemoryContext vac_context,
-		   bool isTopLevel)
+                   bool isTopLevel)
 {
 #if PG_VERSION_NUM >= 160000
 	MemoryContext caller = MemoryContextSwitchTo(vac_context);

@@ -25,9 +25,11 @@ extern "C" {
 
 #include <initializer_list>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 ExtensionObjects objects;
 uint64 generation = 0;
@@ -38,8 +40,8 @@ Oid extension_schema(Oid ext)
 	Relation rel = table_open(ExtensionRelationId, AccessShareLock);
 	HeapTuple tuple = get_catalog_object_by_oid(rel, Anum_pg_extension_oid, ext);
 	Oid schema = HeapTupleIsValid(tuple)
-			 ? reinterpret_cast<Form_pg_extension>(GETSTRUCT(tuple))->extnamespace
-			 : InvalidOid;
+	                 ? reinterpret_cast<Form_pg_extension>(GETSTRUCT(tuple))->extnamespace
+	                 : InvalidOid;
 	table_close(rel, AccessShareLock);
 	return schema;
 }
@@ -47,7 +49,7 @@ Oid extension_schema(Oid ext)
 Oid function_without_arguments(const char *name, Oid schema)
 {
 	return GetSysCacheOid3(PROCNAMEARGSNSP, Anum_pg_proc_oid, CStringGetDatum(name),
-			       PointerGetDatum(buildoidvector(NULL, 0)), ObjectIdGetDatum(schema));
+	                       PointerGetDatum(buildoidvector(NULL, 0)), ObjectIdGetDatum(schema));
 }
 
 void forget(Oid relid)
@@ -62,7 +64,7 @@ void forget(Oid relid)
 Oid enum_label(Oid type, const char *label)
 {
 	return GetSysCacheOid2(ENUMTYPOIDNAME, Anum_pg_enum_oid, ObjectIdGetDatum(type),
-			       CStringGetDatum(label));
+	                       CStringGetDatum(label));
 }
 
 const char *qualified(const char *schema, const char *name)
@@ -94,8 +96,8 @@ const ExtensionObjects &extension_objects()
 	Oid ext = get_extension_oid("pg_idem", true);
 	if (!OidIsValid(ext))
 		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			errmsg("extension \"pg_idem\" is not installed in this database"),
-			errhint("Run CREATE EXTENSION pg_idem."));
+		        errmsg("extension \"pg_idem\" is not installed in this database"),
+		        errhint("Run CREATE EXTENSION pg_idem."));
 	Oid schema = extension_schema(ext);
 	ExtensionObjects found;
 	found.records = get_relname_relid("idem_records", schema);
@@ -106,17 +108,16 @@ const ExtensionObjects &extension_objects()
 	found.scope_grants = get_relname_relid("idem_scope_grants", schema);
 	// 0.3's SQL keeps reconciliation functions by signature, for pg_upgrade.
 	found.scopes_by_signature = OidIsValid(found.scopes) &&
-				    get_attnum(found.scopes, "reconcile_bound_in") != InvalidAttrNumber;
+	                            get_attnum(found.scopes, "reconcile_bound_in") != InvalidAttrNumber;
 	found.status_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid,
-					    CStringGetDatum("idem_status"), ObjectIdGetDatum(schema));
+	                                    CStringGetDatum("idem_status"), ObjectIdGetDatum(schema));
 	// idem_streams came with 0.2: a database still on 0.1's SQL has none,
 	// and only the stream functions need it (they say so).
 	if (!OidIsValid(found.records) || !OidIsValid(found.records_pkey) ||
 	    !OidIsValid(found.scopes) || !OidIsValid(found.status_type))
-		ereport(ERROR, errcode(ERRCODE_UNDEFINED_TABLE),
-			errmsg("pg_idem's tables are missing"),
-			errhint("If the extension was installed by an older pg_idem, run ALTER "
-				"EXTENSION pg_idem UPDATE."));
+		ereport(ERROR, errcode(ERRCODE_UNDEFINED_TABLE), errmsg("pg_idem's tables are missing"),
+		        errhint("If the extension was installed by an older pg_idem, run ALTER "
+		                "EXTENSION pg_idem UPDATE."));
 	HeapTuple records = SearchSysCache1(RELOID, ObjectIdGetDatum(found.records));
 	if (!HeapTupleIsValid(records))
 		elog(ERROR, "pg_idem: cache lookup failed for relation %u", found.records);
@@ -130,9 +131,9 @@ const ExtensionObjects &extension_objects()
 	found.cache_enabled_function = function_without_arguments("idem_cache_enabled", schema);
 
 	const char *schema_name = get_namespace_name(schema);
-	for (const char *old : {objects.schema_name, objects.records_name, objects.scopes_name,
-				objects.streams_name, objects.scope_grants_name,
-				objects.status_type_name})
+	for (const char *old :
+	     {objects.schema_name, objects.records_name, objects.scopes_name, objects.streams_name,
+	      objects.scope_grants_name, objects.status_type_name})
 		if (old != NULL)
 			pfree(const_cast<char *>(old));
 	found.schema_name = MemoryContextStrdup(TopMemoryContext, quote_identifier(schema_name));
@@ -146,7 +147,10 @@ const ExtensionObjects &extension_objects()
 	return objects;
 }
 
-uint64 extension_objects_generation() { return generation; }
+uint64 extension_objects_generation()
+{
+	return generation;
+}
 
 bool leading_columns_as_installed(TupleDesc desc, const InstalledColumn *columns, int n)
 {

@@ -8,27 +8,28 @@ extern "C" {
 #include "access/tupdesc.h"
 }
 
-namespace idem {
+namespace idem
+{
 
 struct ExtensionObjects {
 	bool valid;
-	Oid records;	     // idem_records
-	Oid records_pkey;    // its primary key, on key_id
-	Oid scopes;	     // idem_scopes
-	Oid streams;	     // idem_streams
-	Oid streams_pkey;    // its primary key, on (stream, part)
-	Oid scope_grants;    // idem_scope_grants, InvalidOid before 0.3's SQL
+	Oid records;              // idem_records
+	Oid records_pkey;         // its primary key, on key_id
+	Oid scopes;               // idem_scopes
+	Oid streams;              // idem_streams
+	Oid streams_pkey;         // its primary key, on (stream, part)
+	Oid scope_grants;         // idem_scope_grants, InvalidOid before 0.3's SQL
 	bool scopes_by_signature; // idem_scopes.reconcile_function is a signature (0.3's SQL)
-	Oid owner;	     // the owner of idem_records: the extension's owner
-	Oid status_type;     // idem_status and its labels
+	Oid owner;                // the owner of idem_records: the extension's owner
+	Oid status_type;          // idem_status and its labels
 	Oid status_in_progress;
 	Oid status_completed;
 	Oid status_failed;
 	Oid status_dead;
 	Oid records_trigger_function; // idem_records_changed(), InvalidOid on 0.1's SQL
 	Oid cache_enabled_function;   // idem_cache_enabled(), the same
-	const char *schema_name;  // quoted, for SQL text
-	const char *records_name; // schema-qualified and quoted, for SQL text
+	const char *schema_name;      // quoted, for SQL text
+	const char *records_name;     // schema-qualified and quoted, for SQL text
 	const char *scopes_name;
 	const char *streams_name;
 	const char *scope_grants_name;

@@ -33,7 +33,8 @@ extern "C" {
 #include <exception>
 #include <new>
 
-namespace idem {
+namespace idem
+{
 
 // Runs body() and returns what it returns; a C++ exception that escapes it
 // becomes an ERROR (file header).
@@ -59,9 +60,8 @@ template <typename Body> decltype(auto) guard(Body body)
 		PG_exception_stack = exception_stack;
 		elog(WARNING, "pg_idem: a C++ exception left a PG_TRY block; please report this");
 	}
-	ereport(ERROR,
-		errcode(out_of_memory ? ERRCODE_OUT_OF_MEMORY : ERRCODE_INTERNAL_ERROR),
-		errmsg("pg_idem: %s", message));
+	ereport(ERROR, errcode(out_of_memory ? ERRCODE_OUT_OF_MEMORY : ERRCODE_INTERNAL_ERROR),
+	        errmsg("pg_idem: %s", message));
 	pg_unreachable();
 }
 
@@ -74,9 +74,12 @@ template <typename Body> Datum guarded(Body body, FunctionCallInfo fcinfo)
 } // namespace idem
 
 #define IDEM_SQL_FUNCTION(name)                                                                    \
-	extern "C" {                                                                               \
-	PG_FUNCTION_INFO_V1(name);                                                                 \
-	}                                                                                          \
-	static Datum name##_body(FunctionCallInfo fcinfo);                                         \
-	extern "C" Datum name(PG_FUNCTION_ARGS) { return idem::guarded(name##_body, fcinfo); }     \
+	extern "C" {                                                                                   \
+	PG_FUNCTION_INFO_V1(name);                                                                     \
+	}                                                                                              \
+	static Datum name##_body(FunctionCallInfo fcinfo);                                             \
+	extern "C" Datum name(PG_FUNCTION_ARGS)                                                        \
+	{                                                                                              \
+		return idem::guarded(name##_body, fcinfo);                                                 \
+	}                                                                                              \
 	static Datum name##_body(FunctionCallInfo fcinfo)

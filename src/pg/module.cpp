@@ -28,7 +28,8 @@ PG_MODULE_MAGIC;
 void _PG_init(void);
 }
 
-namespace {
+namespace
+{
 
 shmem_request_hook_type previous_shmem_request = NULL;
 shmem_startup_hook_type previous_shmem_startup = NULL;
@@ -58,10 +59,17 @@ void startup_shmem()
 } // namespace
 
 // PostgreSQL calls these through the guard (guard.hpp).
-extern "C" void idem_shmem_request(void) { idem::guard(request_shmem); }
-extern "C" void idem_shmem_startup(void) { idem::guard(startup_shmem); }
+extern "C" void idem_shmem_request(void)
+{
+	idem::guard(request_shmem);
+}
+extern "C" void idem_shmem_startup(void)
+{
+	idem::guard(startup_shmem);
+}
 
-namespace idem {
+namespace idem
+{
 int default_ttl_seconds = 7 * 24 * 60 * 60;
 int default_lease_seconds = 5 * 60;
 int default_max_attempts = 5;
@@ -76,51 +84,50 @@ int stats_max_scopes = 1000;
 int cache_size = 0;
 int cache_result_size = 256;
 int test_cache_fill_lock = 0;
-}
+} // namespace idem
 
 // The settings any server that loads pg_idem has, preloaded or not.
 static void define_settings()
 {
 	DefineCustomIntVariable("pg_idem.default_ttl",
-				"Lifetime of an idempotency record when neither the call nor its "
-				"scope gives one.",
-				"A record past its expiry counts as absent, purged or not.",
-				&idem::default_ttl_seconds, 7 * 24 * 60 * 60, 1, INT_MAX, PGC_SIGHUP,
-				GUC_UNIT_S, NULL, NULL, NULL);
+	                        "Lifetime of an idempotency record when neither the call nor its "
+	                        "scope gives one.",
+	                        "A record past its expiry counts as absent, purged or not.",
+	                        &idem::default_ttl_seconds, 7 * 24 * 60 * 60, 1, INT_MAX, PGC_SIGHUP,
+	                        GUC_UNIT_S, NULL, NULL, NULL);
 
 	DefineCustomIntVariable("pg_idem.default_lease",
-				"How long an idem_begin claim is held when neither the call nor "
-				"its scope gives a lease.",
-				"After the lease runs out, another consumer may take the key over.",
-				&idem::default_lease_seconds, 5 * 60, 1, INT_MAX, PGC_SIGHUP, GUC_UNIT_S,
-				NULL, NULL, NULL);
+	                        "How long an idem_begin claim is held when neither the call nor "
+	                        "its scope gives a lease.",
+	                        "After the lease runs out, another consumer may take the key over.",
+	                        &idem::default_lease_seconds, 5 * 60, 1, INT_MAX, PGC_SIGHUP,
+	                        GUC_UNIT_S, NULL, NULL, NULL);
 	DefineCustomIntVariable("pg_idem.default_max_attempts",
-				"How many claims of one key idem_begin grants before the key is "
-				"dead, when its scope does not say.",
-				NULL, &idem::default_max_attempts, 5, 1, INT_MAX, PGC_SIGHUP, 0, NULL,
-				NULL, NULL);
+	                        "How many claims of one key idem_begin grants before the key is "
+	                        "dead, when its scope does not say.",
+	                        NULL, &idem::default_max_attempts, 5, 1, INT_MAX, PGC_SIGHUP, 0, NULL,
+	                        NULL, NULL);
 	DefineCustomIntVariable("pg_idem.purge_naptime", "Time between purge rounds.", NULL,
-				&idem::purge_naptime_ms, 10000, 10, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS,
-				NULL, NULL, NULL);
-	DefineCustomIntVariable("pg_idem.purge_batch_size",
-				"Expired records deleted per purge transaction.", NULL,
-				&idem::purge_batch_size, 1000, 1, 1000000, PGC_SIGHUP, 0, NULL, NULL,
-				NULL);
+	                        &idem::purge_naptime_ms, 10000, 10, INT_MAX, PGC_SIGHUP, GUC_UNIT_MS,
+	                        NULL, NULL, NULL);
+	DefineCustomIntVariable(
+	    "pg_idem.purge_batch_size", "Expired records deleted per purge transaction.", NULL,
+	    &idem::purge_batch_size, 1000, 1, 1000000, PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("pg_idem.purge_rate_limit",
-				"Most expired records the purge worker deletes per second.",
-				"0 means no limit.", &idem::purge_rate_limit, 0, 0, INT_MAX, PGC_SIGHUP,
-				0, NULL, NULL, NULL);
+	                        "Most expired records the purge worker deletes per second.",
+	                        "0 means no limit.", &idem::purge_rate_limit, 0, 0, INT_MAX, PGC_SIGHUP,
+	                        0, NULL, NULL, NULL);
 	DefineCustomBoolVariable("pg_idem.purge_reconcile",
-				 "Whether each purge round also reconciles expired leases.", NULL,
-				 &idem::purge_reconcile, true, PGC_SIGHUP, 0, NULL, NULL, NULL);
+	                         "Whether each purge round also reconciles expired leases.", NULL,
+	                         &idem::purge_reconcile, true, PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomBoolVariable("pg_idem.purge_yield",
-				 "Whether the purge worker pauses between batches while durable "
-				 "commits wait for the write-ahead log.",
-				 NULL, &idem::purge_yield, true, PGC_SIGHUP, 0, NULL, NULL, NULL);
+	                         "Whether the purge worker pauses between batches while durable "
+	                         "commits wait for the write-ahead log.",
+	                         NULL, &idem::purge_yield, true, PGC_SIGHUP, 0, NULL, NULL, NULL);
 	DefineCustomBoolVariable("pg_idem.purge_vacuum",
-				 "Whether the purge worker vacuums idem_records itself when a round "
-				 "leaves it due, without waiting for autovacuum's next visit.",
-				 NULL, &idem::purge_vacuum, true, PGC_SIGHUP, 0, NULL, NULL, NULL);
+	                         "Whether the purge worker vacuums idem_records itself when a round "
+	                         "leaves it due, without waiting for autovacuum's next visit.",
+	                         NULL, &idem::purge_vacuum, true, PGC_SIGHUP, 0, NULL, NULL, NULL);
 }
 
 // The settings that size or start what only preloading creates: shared
@@ -129,45 +136,42 @@ static void define_settings()
 // call), there is nothing for them to configure anyway.
 static void define_preload_settings()
 {
-	DefineCustomStringVariable("pg_idem.purge_databases",
-				   "Databases the purge worker serves, one worker each.",
-				   "A comma-separated list; empty for no worker. Needs pg_idem "
-				   "in shared_preload_libraries.",
-				   &idem::purge_databases, "postgres", PGC_POSTMASTER,
-				   GUC_LIST_INPUT, NULL, NULL, NULL);
+	DefineCustomStringVariable(
+	    "pg_idem.purge_databases", "Databases the purge worker serves, one worker each.",
+	    "A comma-separated list; empty for no worker. Needs pg_idem "
+	    "in shared_preload_libraries.",
+	    &idem::purge_databases, "postgres", PGC_POSTMASTER, GUC_LIST_INPUT, NULL, NULL, NULL);
 	// Sizes the shared table of idem_stats.
-	DefineCustomIntVariable("pg_idem.stats_max_scopes",
-				"Scopes that idem_stats counts each on their own.",
-				"Beyond that, a database's new scopes are counted together in "
-				"its row with scope NULL. Needs pg_idem in "
-				"shared_preload_libraries.",
-				&idem::stats_max_scopes, 1000, 1, 1000000, PGC_POSTMASTER, 0, NULL,
-				NULL, NULL);
+	DefineCustomIntVariable(
+	    "pg_idem.stats_max_scopes", "Scopes that idem_stats counts each on their own.",
+	    "Beyond that, a database's new scopes are counted together in "
+	    "its row with scope NULL. Needs pg_idem in "
+	    "shared_preload_libraries.",
+	    &idem::stats_max_scopes, 1000, 1, 1000000, PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	// Sizes the duplicate cache.
 	DefineCustomIntVariable("pg_idem.cache_size",
-				"Entries of the duplicate cache, which lets idem_try_insert "
-				"answer recent duplicates, and idem_begin completed claims, "
-				"without reading idem_records.",
-				"0 turns it off. Each entry takes about 270 bytes of shared "
-				"memory plus pg_idem.cache_result_size. Needs pg_idem in "
-				"shared_preload_libraries.",
-				&idem::cache_size, 0, 0, 10000000, PGC_POSTMASTER, 0, NULL, NULL,
-				NULL);
+	                        "Entries of the duplicate cache, which lets idem_try_insert "
+	                        "answer recent duplicates, and idem_begin completed claims, "
+	                        "without reading idem_records.",
+	                        "0 turns it off. Each entry takes about 270 bytes of shared "
+	                        "memory plus pg_idem.cache_result_size. Needs pg_idem in "
+	                        "shared_preload_libraries.",
+	                        &idem::cache_size, 0, 0, 10000000, PGC_POSTMASTER, 0, NULL, NULL, NULL);
 	DefineCustomIntVariable("pg_idem.cache_result_size",
-				"Largest result (jsonb, detoasted) of a completed claim that "
-				"the duplicate cache keeps, so that idem_begin can answer "
-				"it without reading idem_records.",
-				"Every entry reserves this much shared memory. 0 keeps only "
-				"NULL results. Needs pg_idem in shared_preload_libraries.",
-				&idem::cache_result_size, 256, 0, 65536, PGC_POSTMASTER,
-				GUC_UNIT_BYTE, NULL, NULL, NULL);
+	                        "Largest result (jsonb, detoasted) of a completed claim that "
+	                        "the duplicate cache keeps, so that idem_begin can answer "
+	                        "it without reading idem_records.",
+	                        "Every entry reserves this much shared memory. 0 keeps only "
+	                        "NULL results. Needs pg_idem in shared_preload_libraries.",
+	                        &idem::cache_result_size, 256, 0, 65536, PGC_POSTMASTER, GUC_UNIT_BYTE,
+	                        NULL, NULL, NULL);
 	DefineCustomIntVariable("pg_idem.test_cache_fill_lock",
-				"For tests only: before the duplicate cache inserts an entry, "
-				"wait for the advisory lock with this key (0: off).",
-				"Lets an isolation spec change a record between the table "
-				"read and the insertion.",
-				&idem::test_cache_fill_lock, 0, 0, INT_MAX, PGC_SUSET,
-				GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
+	                        "For tests only: before the duplicate cache inserts an entry, "
+	                        "wait for the advisory lock with this key (0: off).",
+	                        "Lets an isolation spec change a record between the table "
+	                        "read and the insertion.",
+	                        &idem::test_cache_fill_lock, 0, 0, INT_MAX, PGC_SUSET,
+	                        GUC_NOT_IN_SAMPLE, NULL, NULL, NULL);
 }
 
 // What _PG_init does (through the guard).
@@ -206,4 +210,7 @@ static void initialize()
 	}
 }
 
-extern "C" void _PG_init(void) { idem::guard(initialize); }
+extern "C" void _PG_init(void)
+{
+	idem::guard(initialize);
+}

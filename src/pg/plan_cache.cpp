@@ -44,9 +44,11 @@ extern "C" {
 
 #include <cstring>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 struct Entry {
 	uint64 hash; // the hash key
@@ -80,7 +82,10 @@ void invalidate_relation(Oid relid)
 	}
 }
 
-void invalidate_all(Datum, int, uint32) { invalidate_relation(InvalidOid); }
+void invalidate_all(Datum, int, uint32)
+{
+	invalidate_relation(InvalidOid);
+}
 
 void free_statement(Statement *st)
 {
@@ -126,8 +131,7 @@ void create_table()
 	ctl.keysize = sizeof(uint64);
 	ctl.entrysize = sizeof(Entry);
 	ctl.hcxt = statements_context;
-	statements = hash_create("pg_idem statements", 64, &ctl,
-				 HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	statements = hash_create("pg_idem statements", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 }
 
 } // namespace
@@ -148,7 +152,7 @@ Statement *statement_lookup(const char *signature, size_t signature_len, Oid rel
 	}
 
 	uint64 hash = hash_bytes_extended(reinterpret_cast<const unsigned char *>(signature),
-					  int(signature_len), 0);
+	                                  int(signature_len), 0);
 	Entry *entry = static_cast<Entry *>(hash_search(statements, &hash, HASH_FIND, NULL));
 	if (entry != NULL) {
 		Statement *st = entry->current;
@@ -157,8 +161,8 @@ Statement *statement_lookup(const char *signature, size_t signature_len, Oid rel
 			return st;
 	}
 
-	MemoryContext context = AllocSetContextCreate(CurrentMemoryContext, "pg_idem statement",
-						      ALLOCSET_SMALL_SIZES);
+	MemoryContext context =
+	    AllocSetContextCreate(CurrentMemoryContext, "pg_idem statement", ALLOCSET_SMALL_SIZES);
 	Statement *st = static_cast<Statement *>(MemoryContextAllocZero(context, sizeof *st));
 	st->hash = hash;
 	st->signature = static_cast<char *>(MemoryContextAlloc(context, signature_len + 1));
@@ -192,7 +196,7 @@ void statement_prepare(Statement *st, const char *sql, int nargs, Oid *argtypes)
 }
 
 Statement *statement_for(const char *signature, Oid relid, const char *table_name,
-			 const char *sql_format, int nargs, Oid *argtypes)
+                         const char *sql_format, int nargs, Oid *argtypes)
 {
 	Statement *st = statement_lookup(signature, strlen(signature), relid);
 	if (!statement_ready(st))

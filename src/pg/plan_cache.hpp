@@ -9,7 +9,8 @@ extern "C" {
 #include <cstddef>
 #include <cstdint>
 
-namespace idem {
+namespace idem
+{
 
 // One prepared statement and the facts it was built from. It is tied to one
 // relation: any relcache invalidation of that relation (ALTER TABLE, DROP,
@@ -18,15 +19,15 @@ namespace idem {
 // changes (but for `valid`), and a statement a call holds stays alive until
 // the transaction ends, whatever other calls install meanwhile.
 struct Statement {
-	uint64 hash;	       // of the caller's signature string
-	char *signature;       // the signature itself, compared on every hit
+	uint64 hash;     // of the caller's signature string
+	char *signature; // the signature itself, compared on every hit
 	size_t signature_len;
-	Oid relid;	       // the relation whose invalidation makes it stale
+	Oid relid;             // the relation whose invalidation makes it stale
 	uint64 built_after;    // the invalidation count when its build began
-	bool valid;	       // cleared by the invalidation callbacks
+	bool valid;            // cleared by the invalidation callbacks
 	SPIPlanPtr plan;       // NULL until prepared
 	MemoryContext context; // owns this struct, the signature and `info`
-	void *info;	       // the caller's description of the statement
+	void *info;            // the caller's description of the statement
 };
 
 // The statement for `signature` (any bytes that identify its SQL and
@@ -35,7 +36,10 @@ struct Statement {
 // which installs it. A build that raises an error leaves nothing behind.
 Statement *statement_lookup(const char *signature, size_t signature_len, Oid relid);
 
-inline bool statement_ready(const Statement *st) { return st->plan != NULL; }
+inline bool statement_ready(const Statement *st)
+{
+	return st->plan != NULL;
+}
 
 // Prepares `sql` inside the caller's SPI connection, keeps the plan and
 // installs the statement for its signature.
@@ -45,7 +49,7 @@ void statement_prepare(Statement *st, const char *sql, int nargs, Oid *argtypes)
 // `relid`, prepared the first time from `sql_format` with its one %s
 // replaced by `table_name`. Inside the caller's SPI connection.
 Statement *statement_for(const char *signature, Oid relid, const char *table_name,
-			 const char *sql_format, int nargs, Oid *argtypes);
+                         const char *sql_format, int nargs, Oid *argtypes);
 
 void plan_cache_register_callbacks();
 

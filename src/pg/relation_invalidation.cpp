@@ -8,9 +8,11 @@ extern "C" {
 #include "pg/guard.hpp"
 #include "pg/relation_invalidation.hpp"
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 constexpr int max_listeners = 8;
 RelationListener listeners[max_listeners];

@@ -6,7 +6,8 @@
 // takes one. Include after postgres.h.
 #pragma once
 
-namespace idem {
+namespace idem
+{
 
 // Called with the relation invalidated, or InvalidOid for "all of them".
 using RelationListener = void (*)(Oid relid);

@@ -1,7 +1,8 @@
 // pg_idem's configuration parameters (GUCs), defined in module.cpp.
 #pragma once
 
-namespace idem {
+namespace idem
+{
 
 // pg_idem.default_ttl, in seconds: the lifetime of a record when neither the
 // call nor its scope says otherwise.
@@ -15,13 +16,13 @@ extern int default_lease_seconds;
 extern int default_max_attempts;
 
 // The purge worker (purge_worker.cpp).
-extern char *purge_databases;  // pg_idem.purge_databases
-extern int purge_naptime_ms;   // pg_idem.purge_naptime
-extern int purge_batch_size;   // pg_idem.purge_batch_size
-extern int purge_rate_limit;   // pg_idem.purge_rate_limit, rows per second, 0: none
-extern bool purge_reconcile;   // pg_idem.purge_reconcile
-extern bool purge_vacuum;      // pg_idem.purge_vacuum
-extern bool purge_yield;       // pg_idem.purge_yield
+extern char *purge_databases; // pg_idem.purge_databases
+extern int purge_naptime_ms;  // pg_idem.purge_naptime
+extern int purge_batch_size;  // pg_idem.purge_batch_size
+extern int purge_rate_limit;  // pg_idem.purge_rate_limit, rows per second, 0: none
+extern bool purge_reconcile;  // pg_idem.purge_reconcile
+extern bool purge_vacuum;     // pg_idem.purge_vacuum
+extern bool purge_yield;      // pg_idem.purge_yield
 
 // pg_idem.stats_max_scopes: scopes idem_stats counts on their own (stats.cpp).
 extern int stats_max_scopes;

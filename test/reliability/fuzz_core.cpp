@@ -18,7 +18,8 @@
 #include <string_view>
 #include <vector>
 
-namespace {
+namespace
+{
 
 void require(bool ok)
 {
@@ -117,8 +118,8 @@ void fuzz_record_key(std::string_view input)
 	if (idem::check_record_key(split, input.size() - split) != idem::KeyCheck::ok)
 		return;
 	uint8_t out[idem::max_key_id_bytes];
-	size_t n = idem::record_key_id(input.data(), split, input.data() + split, input.size() - split,
-				       out);
+	size_t n =
+	    idem::record_key_id(input.data(), split, input.data() + split, input.size() - split, out);
 	require(n > 0 && n <= idem::max_key_id_bytes);
 	(void)idem::key_id_hash(out, n);
 }

@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace
+{
 
 using idem::JsonDocument;
 using idem::JsonErrc;
@@ -36,7 +37,7 @@ JsonErrc error_code(std::string_view text)
 TEST(CanonicalJson, NumberSpellingsOfOne)
 {
 	for (const char *one : {"1", "1.0", "1e0", "1E0", "1e+0", "10e-1", "0.1e1", "100e-2",
-				"1.000000000000000000000000000000"})
+	                        "1.000000000000000000000000000000"})
 		EXPECT_EQ(canon(one), "1") << one;
 }
 
@@ -88,7 +89,7 @@ TEST(CanonicalJson, NumbersAreExactBeyondDoubles)
 	// keeps all 17 digits.
 	EXPECT_EQ(canon("333333333.33333329"), "333333333.33333329");
 	EXPECT_EQ(canon("0.1000000000000000055511151231257827"),
-		  "0.1000000000000000055511151231257827");
+	          "0.1000000000000000055511151231257827");
 }
 
 TEST(CanonicalJson, ExponentBounds)
@@ -98,7 +99,7 @@ TEST(CanonicalJson, ExponentBounds)
 	EXPECT_EQ(canon("1e-1000000"), "1e-1000000");
 	EXPECT_EQ(canon("10e-1000001"), "1e-1000000");
 	EXPECT_EQ(canon("1e1000001"), "error: JSON number at offset 0 is out of range (its "
-				      "decimal exponent exceeds 1000000 in magnitude)");
+	                              "decimal exponent exceeds 1000000 in magnitude)");
 	EXPECT_EQ(error_code("[1e-1000001]"), JsonErrc::number_out_of_range);
 	EXPECT_EQ(error_code("1e99999999999999999999999999999999"), JsonErrc::number_out_of_range);
 	EXPECT_EQ(error_code("1e-99999999999999999999999999999999"), JsonErrc::number_out_of_range);
@@ -130,7 +131,7 @@ TEST(CanonicalJson, StringsDecodedAndReescaped)
 TEST(CanonicalJson, WhitespaceAndStructure)
 {
 	EXPECT_EQ(canon(" \t\r\n{ \"b\" :\n[ 1 , { } , [ ] , true ,false,null ] , \"a\":\"x\" }\n"),
-		  R"({"a":"x","b":[1,{},[],true,false,null]})");
+	          R"({"a":"x","b":[1,{},[],true,false,null]})");
 	EXPECT_EQ(canon("[[[]],[{}]]"), "[[[]],[{}]]");
 	EXPECT_EQ(canon(" null "), "null");
 	EXPECT_EQ(canon("\"top\""), "\"top\"");
@@ -140,7 +141,7 @@ TEST(CanonicalJson, MembersSortedRecursively)
 {
 	EXPECT_EQ(canon(R"({"b":1,"a":2,"aa":3,"A":4,"":5})"), R"({"":5,"A":4,"a":2,"aa":3,"b":1})");
 	EXPECT_EQ(canon(R"({"z":[{"y":1,"x":2}],"y":{"d":{"f":1,"e":2}}})"),
-		  R"({"y":{"d":{"e":2,"f":1}},"z":[{"x":2,"y":1}]})");
+	          R"({"y":{"d":{"e":2,"f":1}},"z":[{"x":2,"y":1}]})");
 	// Sorted by decoded text: "a\"" sorts after "a", "\u0062" is "b".
 	EXPECT_EQ(canon(R"({"\u0062":1,"a\"":2,"a":3})"), R"({"a":3,"a\"":2,"b":1})");
 }
@@ -149,13 +150,13 @@ TEST(CanonicalJson, MembersSortedAsUtf16)
 {
 	// RFC 8785 section 3.2.3's example.
 	EXPECT_EQ(canon(R"({"\u20ac":"Euro Sign","\r":"Carriage Return","\ufb33":"Hebrew",)"
-			R"("1":"One","\ud83d\ude00":"Emoji","\u0080":"Control","\u00f6":"o"})"),
-		  "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\xc2\x80\":\"Control\","
-		  "\"\xc3\xb6\":\"o\",\"\xe2\x82\xac\":\"Euro Sign\",\"\xf0\x9f\x98\x80\":\"Emoji\","
-		  "\"\xef\xac\xb3\":\"Hebrew\"}");
+	                R"("1":"One","\ud83d\ude00":"Emoji","\u0080":"Control","\u00f6":"o"})"),
+	          "{\"\\r\":\"Carriage Return\",\"1\":\"One\",\"\xc2\x80\":\"Control\","
+	          "\"\xc3\xb6\":\"o\",\"\xe2\x82\xac\":\"Euro Sign\",\"\xf0\x9f\x98\x80\":\"Emoji\","
+	          "\"\xef\xac\xb3\":\"Hebrew\"}");
 	// U+1F600 (D83D DE00) before U+FF61, though its UTF-8 sorts after.
 	EXPECT_EQ(canon(R"({"\uff61":1,"\ud83d\ude00":2})"),
-		  "{\"\xf0\x9f\x98\x80\":2,\"\xef\xbd\xa1\":1}");
+	          "{\"\xf0\x9f\x98\x80\":2,\"\xef\xbd\xa1\":1}");
 }
 
 // UTF-8 to UTF-16, written separately from the core, to check compare_utf16.
@@ -204,8 +205,8 @@ std::string utf8(uint32_t cp)
 uint32_t random_code_point(std::mt19937_64 &rng)
 {
 	// Mostly the ranges where UTF-8 and UTF-16 order disagree.
-	static const uint32_t starts[] = {0x61, 0x7E, 0x7FF, 0xD7FF, 0xE000, 0xFF00, 0xFFFE, 0x10000,
-					  0x1F600, 0x10FFF0};
+	static const uint32_t starts[] = {0x61,   0x7E,   0x7FF,   0xD7FF,  0xE000,
+	                                  0xFF00, 0xFFFE, 0x10000, 0x1F600, 0x10FFF0};
 	uint32_t cp = starts[rng() % 10] + uint32_t(rng() % 4);
 	return cp >= 0xD800 && cp <= 0xDFFF ? 0xE000 : cp;
 }
@@ -236,9 +237,9 @@ TEST(CanonicalJson, ValidUtf8)
 {
 	EXPECT_TRUE(idem::valid_utf8(""));
 	EXPECT_TRUE(idem::valid_utf8("a\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf"));
-	for (const char *bad : {"\x80", "\xc0\xaf", "\xc1\xbf", "\xe0\x9f\xbf", "\xed\xa0\x80",
-				"\xf0\x8f\xbf\xbf", "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xff",
-				"\xe2\x82", "\xc3", "\xe2\x28\xa1"})
+	for (const char *bad :
+	     {"\x80", "\xc0\xaf", "\xc1\xbf", "\xe0\x9f\xbf", "\xed\xa0\x80", "\xf0\x8f\xbf\xbf",
+	      "\xf4\x90\x80\x80", "\xf5\x80\x80\x80", "\xff", "\xe2\x82", "\xc3", "\xe2\x28\xa1"})
 		EXPECT_FALSE(idem::valid_utf8(bad)) << bad;
 }
 
@@ -272,7 +273,7 @@ TEST(CanonicalJson, SyntaxErrors)
 	    {"nulls", "invalid JSON at offset 4: unexpected data after the value"},
 	    {"'a'", "invalid JSON at offset 0: expected a value"},
 	    {"\"a\tb\"", "invalid JSON at offset 2: control character in a string (it must be "
-			 "escaped)"},
+	                 "escaped)"},
 	    {"\"\\x41\"", "invalid JSON at offset 1: invalid escape sequence"},
 	    {"\"\\u12\"", "invalid JSON at offset 1: invalid \\u escape (it needs four hex digits)"},
 	    {"\"\\u12g4\"", "invalid JSON at offset 1: invalid \\u escape (it needs four hex digits)"},
@@ -300,7 +301,7 @@ TEST(CanonicalJson, DuplicateMembers)
 	EXPECT_EQ(canon(R"({"a":1,"a":2})"), R"(error: duplicate JSON object member name "a")");
 	EXPECT_EQ(canon(R"({"a":1,"\u0061":2})"), R"(error: duplicate JSON object member name "a")");
 	EXPECT_EQ(canon(R"({"x":{"q\n":1,"b":0,"q\u000a":2}})"),
-		  R"(error: duplicate JSON object member name "q\n")");
+	          R"(error: duplicate JSON object member name "q\n")");
 	EXPECT_EQ(error_code(R"([{"a":1},{"a":1,"a":1}])"), JsonErrc::duplicate_member);
 	// Long names are cut in the message, at a character boundary.
 	std::string name;
@@ -328,7 +329,7 @@ TEST(CanonicalJson, DepthLimit)
 	std::string objects = nested(1000, "{\"a\":", "1", "}");
 	EXPECT_EQ(canon(objects), objects);
 	EXPECT_EQ(canon(nested(1001, "[", "", "]")),
-		  "error: JSON value nested deeper than 1000 levels at offset 1000");
+	          "error: JSON value nested deeper than 1000 levels at offset 1000");
 	EXPECT_EQ(error_code(nested(1001, "{\"a\":", "1", "}")), JsonErrc::too_deep);
 	// Far deeper input fails the same way, without exhausting the stack.
 	EXPECT_EQ(error_code(std::string(1000000, '[')), JsonErrc::too_deep);
@@ -394,8 +395,9 @@ struct Spellings {
 	std::string fancy;
 };
 
-class RandomJson {
-      public:
+class RandomJson
+{
+  public:
 	explicit RandomJson(uint64_t seed) : rng_(seed) {}
 
 	Spellings value(int depth)
@@ -417,7 +419,7 @@ class RandomJson {
 		}
 	}
 
-      private:
+  private:
 	std::string space()
 	{
 		static const char *spaces[] = {"", "", "", " ", "\n", "\t", "\r\n  "};
@@ -473,8 +475,9 @@ class RandomJson {
 
 	std::string text()
 	{
-		static const uint32_t pool[] = {'a', 'b', 'z', 'A', '0', ' ', '"', '\\', '/', '\n', 0x01,
-						0x1f, 0x7f, 0xe9, 0x20ac, 0xff61, 0x1f600, 0x10ffff};
+		static const uint32_t pool[] = {'a',  'b',  'z',    'A',    '0',     ' ',
+		                                '"',  '\\', '/',    '\n',   0x01,    0x1f,
+		                                0x7f, 0xe9, 0x20ac, 0xff61, 0x1f600, 0x10ffff};
 		std::string s;
 		for (size_t k = rng_() % 6; k > 0; k--)
 			s += utf8(pool[rng_() % (sizeof pool / sizeof pool[0])]);
@@ -545,10 +548,9 @@ class RandomJson {
 		std::shuffle(members.begin(), members.end(), rng_);
 		Spellings o{"{", "{" + space()};
 		for (size_t i = 0; i < n; i++) {
-			o.plain += (i ? "," : "") + quote_plain(sorted[i].first) + ":" +
-				   sorted[i].second.plain;
-			o.fancy += (i ? "," + space() : "") + quote_fancy(members[i].first) +
-				   space() + ":" + space() + members[i].second.fancy + space();
+			o.plain += (i ? "," : "") + quote_plain(sorted[i].first) + ":" + sorted[i].second.plain;
+			o.fancy += (i ? "," + space() : "") + quote_fancy(members[i].first) + space() + ":" +
+			           space() + members[i].second.fancy + space();
 		}
 		o.plain += "}";
 		o.fancy += "}";

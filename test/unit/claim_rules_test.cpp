@@ -7,7 +7,8 @@
 #include <algorithm>
 #include <string>
 
-namespace {
+namespace
+{
 
 using idem::ClaimAction;
 using idem::ClaimPolicy;
@@ -32,15 +33,14 @@ TEST(ClaimRules, AbsentOrExpiredIsClaimedFresh)
 
 TEST(ClaimRules, CompletedAndDeadAreReported)
 {
-	EXPECT_EQ(decide_claim(record(RecordState::completed), three),
-		  ClaimAction::report_completed);
+	EXPECT_EQ(decide_claim(record(RecordState::completed), three), ClaimAction::report_completed);
 	EXPECT_EQ(decide_claim(record(RecordState::dead, 3), three), ClaimAction::report_dead);
 }
 
 TEST(ClaimRules, LiveLeaseIsInProgress)
 {
 	EXPECT_EQ(decide_claim(record(RecordState::in_progress), three),
-		  ClaimAction::report_in_progress);
+	          ClaimAction::report_in_progress);
 	// A gone holder only matters when the scope or call opted in.
 	ClaimView gone = record(RecordState::in_progress);
 	gone.holder_gone = true;
@@ -70,8 +70,7 @@ TEST(ClaimRules, FailedIsRetriedUntilAttemptsRunOut)
 TEST(ClaimRules, FingerprintMismatchWinsOverState)
 {
 	// (A failed record binds no fingerprint: FailedRecordBindsNoFingerprint.)
-	for (RecordState s :
-	     {RecordState::in_progress, RecordState::completed, RecordState::dead}) {
+	for (RecordState s : {RecordState::in_progress, RecordState::completed, RecordState::dead}) {
 		ClaimView r = record(s);
 		r.fingerprint_differs = true;
 		EXPECT_EQ(decide_claim(r, three), ClaimAction::report_mismatch);
@@ -101,7 +100,7 @@ TEST(ClaimRules, FingerprintForm)
 	EXPECT_EQ(idem::check_fingerprint(idem::max_fingerprint_bytes), idem::FingerprintCheck::ok);
 	EXPECT_EQ(idem::check_fingerprint(0), idem::FingerprintCheck::empty);
 	EXPECT_EQ(idem::check_fingerprint(idem::max_fingerprint_bytes + 1),
-		  idem::FingerprintCheck::too_long);
+	          idem::FingerprintCheck::too_long);
 }
 
 TEST(ClaimRules, FingerprintDigest)

@@ -10,7 +10,8 @@
 #include <string>
 #include <vector>
 
-namespace {
+namespace
+{
 
 using idem::JsonDocument;
 using idem::KeyErrc;
@@ -54,7 +55,7 @@ std::string from_hex(const std::string &hex)
 std::string payload_of(const JsonDocument &doc, JsonDocument::Value c)
 {
 	return has(doc, c, "payload_hex") ? from_hex(str(doc, c, "payload_hex"))
-					  : str(doc, c, "payload");
+	                                  : str(doc, c, "payload");
 }
 
 TEST(MessageKeyVectors, Fingerprints)
@@ -72,8 +73,7 @@ TEST(MessageKeyVectors, Fingerprints)
 		bool ok = idem::canonical_json(payload, canonical, err);
 		if (has(doc, c, "error")) {
 			EXPECT_FALSE(ok) << canonical;
-			EXPECT_NE(err.message.find(str(doc, c, "error")), std::string::npos)
-			    << err.message;
+			EXPECT_NE(err.message.find(str(doc, c, "error")), std::string::npos) << err.message;
 			EXPECT_FALSE(idem::fingerprint_hex(payload, hex, err));
 			continue;
 		}
@@ -103,8 +103,7 @@ TEST(MessageKeyVectors, Keys)
 		bool ok = idem::message_key_hex(payload, fields, hex, err);
 		if (has(doc, c, "error")) {
 			EXPECT_FALSE(ok) << hex;
-			EXPECT_NE(err.message.find(str(doc, c, "error")), std::string::npos)
-			    << err.message;
+			EXPECT_NE(err.message.find(str(doc, c, "error")), std::string::npos) << err.message;
 			continue;
 		}
 		ASSERT_TRUE(ok) << err.message;
@@ -130,12 +129,12 @@ KeyErrc key_error(std::string_view payload, std::vector<std::string_view> fields
 }
 
 const char order[] = R"({"order":{"id":42,"lines":[{"sku":"x"},{"sku":"y"}]},"customer":"a",)"
-		     R"("ts":"2024-05-01T10:00:00Z"})";
+                     R"("ts":"2024-05-01T10:00:00Z"})";
 
 TEST(MessageKey, IsTheDigestOfTheSelectedObject)
 {
 	EXPECT_EQ(key(order, {"order.id", "customer"}),
-		  sha256_hex(R"({"customer":"a","order.id":42})"));
+	          sha256_hex(R"({"customer":"a","order.id":42})"));
 	EXPECT_EQ(key(order, {"customer", "order.id"}), key(order, {"order.id", "customer"}));
 	EXPECT_EQ(key(order, {"order.lines.1"}), sha256_hex(R"({"order.lines.1":{"sku":"y"}})"));
 	EXPECT_EQ(key(R"({"a.b":1})", {"a\\.b"}), sha256_hex(R"({"a\\.b":1})"));
@@ -150,28 +149,28 @@ TEST(MessageKey, ErrorsNameTheField)
 	EXPECT_EQ(key(order, {""}), "error: field \"\" is empty");
 	EXPECT_EQ(key(order, {"order..id"}), "error: field \"order..id\" has an empty segment");
 	EXPECT_EQ(key(order, {"order\\id"}),
-		  "error: field \"order\\id\" has an invalid escape (a backslash must be followed "
-		  "by \".\" or \"\\\")");
+	          "error: field \"order\\id\" has an invalid escape (a backslash must be followed "
+	          "by \".\" or \"\\\")");
 	EXPECT_EQ(key(order, {"customer", "\xff"}), "error: field number 2 is not valid UTF-8");
 	EXPECT_EQ(key(order, {"customer", "order.id", "customer"}),
-		  "error: field \"customer\" is named twice");
+	          "error: field \"customer\" is named twice");
 	EXPECT_EQ(key(order, {"order.number"}),
-		  "error: field \"order.number\" is missing from the payload");
+	          "error: field \"order.number\" is missing from the payload");
 	EXPECT_EQ(key(order, {"order.lines.2"}),
-		  "error: field \"order.lines.2\" is missing from the payload");
+	          "error: field \"order.lines.2\" is missing from the payload");
 	EXPECT_EQ(key(order, {"order.id.x"}),
-		  "error: field \"order.id.x\" cannot be selected: \"order.id\" is a number, not "
-		  "an object or array");
+	          "error: field \"order.id.x\" cannot be selected: \"order.id\" is a number, not "
+	          "an object or array");
 	EXPECT_EQ(key(order, {"customer.x.y"}),
-		  "error: field \"customer.x.y\" cannot be selected: \"customer\" is a string, not "
-		  "an object or array");
+	          "error: field \"customer.x.y\" cannot be selected: \"customer\" is a string, not "
+	          "an object or array");
 	EXPECT_EQ(key("true", {"a"}), "error: field \"a\" cannot be selected: the payload is a "
-				      "boolean, not an object or array");
+	                              "boolean, not an object or array");
 	EXPECT_EQ(key(order, {"order.lines.-1"}),
-		  "error: field \"order.lines.-1\" cannot be selected: \"order.lines\" is an array "
-		  "and \"-1\" is not an index");
+	          "error: field \"order.lines.-1\" cannot be selected: \"order.lines\" is an array "
+	          "and \"-1\" is not an index");
 	EXPECT_EQ(key("[1]", {"00"}), "error: field \"00\" cannot be selected: the payload is an "
-				      "array and \"00\" is not an index");
+	                              "array and \"00\" is not an index");
 	EXPECT_EQ(key("[1", {"a"}), "error: invalid JSON: unexpected end of input");
 }
 
@@ -185,8 +184,8 @@ TEST(MessageKey, ErrorCodes)
 	EXPECT_EQ(key_error(order, {"customer.x"}), KeyErrc::wrong_type);
 	std::string hex;
 	KeyError err;
-	EXPECT_FALSE(idem::message_key_hex(R"({"a":1,"a":2})", std::vector<std::string_view>{"a"},
-					   hex, err));
+	EXPECT_FALSE(
+	    idem::message_key_hex(R"({"a":1,"a":2})", std::vector<std::string_view>{"a"}, hex, err));
 	EXPECT_EQ(err.code, KeyErrc::invalid_json);
 	EXPECT_EQ(err.json, idem::JsonErrc::duplicate_member);
 }

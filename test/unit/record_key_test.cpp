@@ -5,7 +5,8 @@
 #include <set>
 #include <string>
 
-namespace {
+namespace
+{
 
 std::string id(const std::string &scope, const std::string &key)
 {
@@ -41,7 +42,7 @@ TEST(RecordKey, LongKeysAreDigestsAndPinned)
 	// Pinned: SHA-256 of 00 00 00 06 'points' 'k' x 100. Changing it would
 	// orphan every record already stored.
 	EXPECT_EQ(hex(long_id.substr(1)),
-		  "3e6bac3d5630ed76ab9788c93c72d2b6a6b2baf5bf7809fa491518a05212ea5c");
+	          "3e6bac3d5630ed76ab9788c93c72d2b6a6b2baf5bf7809fa491518a05212ea5c");
 }
 
 TEST(RecordKey, FormBoundary)
@@ -71,8 +72,8 @@ TEST(RecordKey, HashSpreadsNeighbours)
 	std::set<uint32_t> buckets;
 	for (int i = 0; i < 1000; i++) {
 		std::string s = id("points", std::to_string(1000000 + i));
-		buckets.insert(
-		    idem::key_id_hash(reinterpret_cast<const uint8_t *>(s.data()), s.size()) % 128);
+		buckets.insert(idem::key_id_hash(reinterpret_cast<const uint8_t *>(s.data()), s.size()) %
+		               128);
 	}
 	EXPECT_GE(buckets.size(), 120u);
 }

@@ -11,7 +11,8 @@
 #include <string>
 #include <vector>
 
-namespace idem {
+namespace idem
+{
 // For readable failures instead of a dump of the object's bytes.
 void PrintTo(const ReplayWindow &w, std::ostream *os)
 {
@@ -22,7 +23,8 @@ void PrintTo(const ReplayWindow &w, std::ostream *os)
 }
 } // namespace idem
 
-namespace {
+namespace
+{
 
 using idem::ReplayWindow;
 
@@ -223,8 +225,8 @@ template <typename Next> void check_sequence(std::mt19937_64 &rng, int steps, Ne
 		bool seen_before = m.accepted.count(p) != 0;
 		bool expected = m.advance(p, window);
 		bool got = w.advance(p, window);
-		ASSERT_EQ(got, expected) << "step " << i << " position " << p << " window "
-					 << window << " high " << w.high();
+		ASSERT_EQ(got, expected) << "step " << i << " position " << p << " window " << window
+		                         << " high " << w.high();
 		ASSERT_FALSE(got && seen_before) << "accepted " << p << " twice";
 		ASSERT_EQ(w.high(), m.high);
 		ASSERT_EQ(w.window(), window);
@@ -247,8 +249,8 @@ void random_step(std::mt19937_64 &rng, const Model &m, int64_t &p, int32_t &wind
 		p = high + 1 + int64_t(rng() % 3);
 		break;
 	case 3: { // a jump around the window's size, or far
-		const int64_t jumps[] = {w - 1, w, w + 1, 63, 64, 65, int64_t(rng() % (3 * w + 10)),
-					 int64_t(rng() % 1000000)};
+		const int64_t jumps[] = {
+		    w - 1, w, w + 1, 63, 64, 65, int64_t(rng() % (3 * w + 10)), int64_t(rng() % 1000000)};
 		p = high + std::max<int64_t>(1, jumps[rng() % 8]);
 		break;
 	}
@@ -288,9 +290,10 @@ TEST(ReplayWindow, MatchesTheModelWithAFixedWindow)
 			Model m;
 			for (int i = 0; i < 2000; i++) {
 				int64_t high = std::max<int64_t>(m.high, 0);
-				int64_t p = rng() % 3 == 0
-						? high + int64_t(rng() % 5)
-						: std::max<int64_t>(0, high - int64_t(rng() % uint64_t(window + 3)));
+				int64_t p =
+				    rng() % 3 == 0
+				        ? high + int64_t(rng() % 5)
+				        : std::max<int64_t>(0, high - int64_t(rng() % uint64_t(window + 3)));
 				ASSERT_EQ(w.advance(p, window), m.advance(p, window))
 				    << "window " << window << " position " << p;
 			}
@@ -357,7 +360,8 @@ TEST(ReplayWindow, SerializedLayout)
 	w.advance(0x0102 - 1, 12);
 	w.advance(0x0102 - 9, 12);
 	// high 258, window 12, bits 0 (position 257) and 8 (position 249).
-	EXPECT_EQ(w.serialize(), std::string("\x01\x00\x00\x00\x00\x00\x00\x01\x02\x00\x0c\x01\x01", 13));
+	EXPECT_EQ(w.serialize(),
+	          std::string("\x01\x00\x00\x00\x00\x00\x00\x01\x02\x00\x0c\x01\x01", 13));
 	ReplayWindow big;
 	big.advance(1, idem::replay_window_max);
 	EXPECT_EQ(big.serialized_size(), idem::replay_window_max_bytes);
@@ -382,7 +386,7 @@ TEST(ReplayWindow, RejectsCorruptBytes)
 	EXPECT_TRUE(rejected(""));
 	EXPECT_TRUE(rejected(good.substr(0, 10)));
 	EXPECT_TRUE(rejected(good.substr(0, good.size() - 1))); // bitmap too short
-	EXPECT_TRUE(rejected(good + '\0'));			// too long
+	EXPECT_TRUE(rejected(good + '\0'));                     // too long
 	std::string bad = good;
 	bad[0] = 2; // unknown version
 	EXPECT_TRUE(rejected(bad));
@@ -401,7 +405,8 @@ TEST(ReplayWindow, RejectsCorruptBytes)
 	// High 2: only positions 1 and 0 exist below it (bits 0 and 1).
 	EXPECT_TRUE(rejected(std::string("\x01\x00\x00\x00\x00\x00\x00\x00\x02\x00\x08\x04", 12)));
 	ReplayWindow low;
-	EXPECT_TRUE(low.deserialize(std::string("\x01\x00\x00\x00\x00\x00\x00\x00\x02\x00\x08\x03", 12)));
+	EXPECT_TRUE(
+	    low.deserialize(std::string("\x01\x00\x00\x00\x00\x00\x00\x00\x02\x00\x08\x03", 12)));
 	EXPECT_FALSE(low.advance(1, 8));
 	EXPECT_FALSE(low.advance(0, 8));
 	// And the good bytes are accepted.

@@ -154,9 +154,11 @@ extern "C" {
 
 #include <cstring>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 constexpr const char tranche_name[] = "pg_idem duplicate cache";
 constexpr int ways = 8;
@@ -182,7 +184,7 @@ struct Entry {
 	uint8 id[max_key_id_bytes];
 };
 static_assert(offsetof(Entry, id) + 25 <= 64,
-	      "a lookup of an id of up to 25 bytes reads one 64-byte line of its entry");
+              "a lookup of an id of up to 25 bytes reads one 64-byte line of its entry");
 
 constexpr Size entry_stride = TYPEALIGN(PG_CACHE_LINE_SIZE, sizeof(Entry));
 
@@ -201,7 +203,7 @@ struct EntryReplay {
 // entries are elsewhere (SharedCache::area).
 struct BucketTags {
 	uint32 tag[ways]; // 0 for an unused entry, else tag_of(its key's hash)
-	uint32 version;	  // odd while a writer changes the bucket (file header)
+	uint32 version;   // odd while a writer changes the bucket (file header)
 };
 
 constexpr Size tag_line_size = TYPEALIGN(PG_CACHE_LINE_SIZE, sizeof(BucketTags));
@@ -222,38 +224,53 @@ struct SharedCache {
 
 SharedCache *shared = NULL;
 char *tag_lines = NULL; // in shared->area
-char *entries = NULL;	// in shared->area, after the tag lines
-char *replays = NULL;	// in shared->area, after the entries
+char *entries = NULL;   // in shared->area, after the tag lines
+char *replays = NULL;   // in shared->area, after the entries
 
-int bucket_count() { return (cache_size + ways - 1) / ways; }
+int bucket_count()
+{
+	return (cache_size + ways - 1) / ways;
+}
 
 Size replay_size()
 {
 	return TYPEALIGN(PG_CACHE_LINE_SIZE, sizeof(EntryReplay) + Size(cache_result_size));
 }
 
-Size entry_count() { return mul_size(Size(bucket_count()), ways); }
+Size entry_count()
+{
+	return mul_size(Size(bucket_count()), ways);
+}
 
-Size tag_lines_size() { return mul_size(Size(bucket_count()), tag_line_size); }
+Size tag_lines_size()
+{
+	return mul_size(Size(bucket_count()), tag_line_size);
+}
 
 Size shared_size()
 {
 	// Room to move the area to a cache line boundary.
 	return add_size(add_size(offsetof(SharedCache, area) + PG_CACHE_LINE_SIZE, tag_lines_size()),
-			mul_size(entry_count(), entry_stride + replay_size()));
+	                mul_size(entry_count(), entry_stride + replay_size()));
 }
 
 pg_atomic_uint64 *generation_of(Oid dbid, uint64 hash)
 {
 	return &shared->generation[(hash ^ (uint64(dbid) * UINT64CONST(0x9E3779B97F4A7C15))) %
-				   generations];
+	                           generations];
 }
 
-pg_atomic_uint64 *epoch_of(Oid dbid) { return &shared->epoch[dbid % epochs]; }
+pg_atomic_uint64 *epoch_of(Oid dbid)
+{
+	return &shared->epoch[dbid % epochs];
+}
 
 // The bucket of `hash`, from its low 32 bits (multiplied and shifted rather
 // than divided); the tag is made of the high ones.
-Size bucket_index(uint64 hash) { return (uint64(uint32(hash)) * uint64(shared->buckets)) >> 32; }
+Size bucket_index(uint64 hash)
+{
+	return (uint64(uint32(hash)) * uint64(shared->buckets)) >> 32;
+}
 
 // Cacheable ids are exact: the short form, tag 0.
 bool exact_id(const bytea *id)
@@ -264,13 +281,14 @@ bool exact_id(const bytea *id)
 uint64 hash_id(const bytea *id)
 {
 	return hash_bytes_extended(reinterpret_cast<const unsigned char *>(VARDATA_ANY(id)),
-				   int(VARSIZE_ANY_EXHDR(id)), 0);
+	                           int(VARSIZE_ANY_EXHDR(id)), 0);
 }
 
 // The i-th entry (0 <= i < ways) of the bucket of `hash`.
 Entry *in_bucket(uint64 hash, int i)
 {
-	return reinterpret_cast<Entry *>(entries + (bucket_index(hash) * ways + Size(i)) * entry_stride);
+	return reinterpret_cast<Entry *>(entries +
+	                                 (bucket_index(hash) * ways + Size(i)) * entry_stride);
 }
 
 // The EntryReplay of entry e, and the room for its result.
@@ -280,7 +298,10 @@ EntryReplay *replay_of_entry(const Entry *e)
 	return reinterpret_cast<EntryReplay *>(replays + i * shared->replay_size);
 }
 
-char *result_of(EntryReplay *r) { return reinterpret_cast<char *>(r) + sizeof(EntryReplay); }
+char *result_of(EntryReplay *r)
+{
+	return reinterpret_cast<char *>(r) + sizeof(EntryReplay);
+}
 
 BucketTags *bucket_tags(uint64 hash)
 {
@@ -288,7 +309,10 @@ BucketTags *bucket_tags(uint64 hash)
 }
 
 // The `ways` tags of the bucket of `hash`.
-uint32 *tags_of_bucket(uint64 hash) { return bucket_tags(hash)->tag; }
+uint32 *tags_of_bucket(uint64 hash)
+{
+	return bucket_tags(hash)->tag;
+}
 
 // Under EXCLUSIVE, around every change of a bucket's tags or entries.
 void begin_change(uint64 hash)
@@ -310,7 +334,10 @@ uint32 read_version(uint64 hash)
 	return static_cast<const volatile BucketTags *>(bucket_tags(hash))->version;
 }
 
-uint32 tag_of(uint64 hash) { return uint32(hash >> 32) | 1; }
+uint32 tag_of(uint64 hash)
+{
+	return uint32(hash >> 32) | 1;
+}
 
 // The slot (0 <= slot < ways) of the entry of (dbid, id) in the bucket of
 // `hash`, or -1. Under either lock.
@@ -407,7 +434,7 @@ bool may_answer(const bytea *id, uint64 *hash)
 // one, or in an earlier epoch, is evicted.
 template <typename Answer>
 bool lookup(const ExtensionObjects &loc, const bytea *id, uint64 hash, TimestampTz now,
-	    Answer answer)
+            Answer answer)
 {
 	Oid relid = loc.records;
 
@@ -464,14 +491,14 @@ Replay replay_of(const CacheableRecord &record)
 {
 	Replay r;
 	memset(&r, 0, sizeof r);
-	r.replayable = record.status == extension_objects().status_completed &&
-		       !record.has_lease && !record.has_last_error;
+	r.replayable = record.status == extension_objects().status_completed && !record.has_lease &&
+	               !record.has_last_error;
 	if (!r.replayable)
 		return r;
 	if (record.fingerprint != NULL) {
 		r.has_fingerprint = true;
-		fingerprint_digest(VARDATA_ANY(record.fingerprint),
-				   VARSIZE_ANY_EXHDR(record.fingerprint), r.fingerprint);
+		fingerprint_digest(VARDATA_ANY(record.fingerprint), VARSIZE_ANY_EXHDR(record.fingerprint),
+		                   r.fingerprint);
 	}
 	if (record.result != 0) {
 		if (toast_raw_datum_size(record.result) > shared->result_size)
@@ -534,7 +561,7 @@ void cache_init_shmem()
 		memset(tag_lines, 0, tag_lines_size());
 		for (Size i = 0; i < entry_total; i++)
 			pg_atomic_init_u32(&reinterpret_cast<Entry *>(entries + i * entry_stride)->referenced,
-					   0);
+			                   0);
 	}
 	LWLockRelease(AddinShmemInitLock);
 }
@@ -562,7 +589,7 @@ bool cache_lookup(const ExtensionObjects &loc, const bytea *id, TimestampTz now)
 }
 
 bool cache_lookup_completed(const ExtensionObjects &loc, const bytea *id, TimestampTz now,
-			    const text *fingerprint, CachedCompletion *out)
+                            const text *fingerprint, CachedCompletion *out)
 {
 	uint64 hash;
 	if (!may_answer(id, &hash))
@@ -570,10 +597,10 @@ bool cache_lookup_completed(const ExtensionObjects &loc, const bytea *id, Timest
 	uint8 call_fingerprint[fingerprint_digest_length];
 	if (fingerprint != NULL)
 		fingerprint_digest(VARDATA_ANY(fingerprint), VARSIZE_ANY_EXHDR(fingerprint),
-				   call_fingerprint);
+		                   call_fingerprint);
 	// Room for a result, taken before the lock (palloc may raise errors).
-	char *result = shared->result_size > 0 ? static_cast<char *>(palloc(shared->result_size))
-					       : NULL;
+	char *result =
+	    shared->result_size > 0 ? static_cast<char *>(palloc(shared->result_size)) : NULL;
 	Oid completed = loc.status_completed;
 	uint32 result_len = 0;
 	bool hit = lookup(loc, id, hash, now, [&](Entry *e) {
@@ -602,7 +629,7 @@ bool cache_lookup_completed(const ExtensionObjects &loc, const bytea *id, Timest
 }
 
 void cache_remember(Relation rel, TupleTableSlot *slot, const bytea *id,
-		    const CacheableRecord &record, uint64 generation)
+                    const CacheableRecord &record, uint64 generation)
 {
 	if (!cache_usable() || !exact_id(id) || !cache_guarded_by_triggers(rel))
 		return;
@@ -688,7 +715,10 @@ void cache_invalidate(const bytea *id)
 	LWLockRelease(shared->lock);
 }
 
-bool cache_exists() { return shared != NULL; }
+bool cache_exists()
+{
+	return shared != NULL;
+}
 
 void cache_bump_epoch(Oid dbid)
 {

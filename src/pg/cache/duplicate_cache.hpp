@@ -16,7 +16,8 @@ extern "C" {
 
 #include "core/record_key.hpp"
 
-namespace idem {
+namespace idem
+{
 
 struct ExtensionObjects;
 
@@ -55,7 +56,7 @@ struct CachedCompletion {
 // `fingerprint` (or NULL) have one, is the same. Fills `out`
 // on true.
 bool cache_lookup_completed(const ExtensionObjects &loc, const bytea *id, TimestampTz now,
-			    const text *fingerprint, CachedCompletion *out);
+                            const text *fingerprint, CachedCompletion *out);
 
 // The columns of a record that an entry keeps, read by records.cpp from the
 // tuple cache_remember is given (never from what a caller meant to write).
@@ -63,10 +64,10 @@ struct CacheableRecord {
 	Oid status;
 	TimestampTz expires_at;
 	int attempts;
-	bool has_lease;		 // lease_expires_at is not NULL
-	bool has_last_error;	 // last_error is not NULL
+	bool has_lease;          // lease_expires_at is not NULL
+	bool has_last_error;     // last_error is not NULL
 	const text *fingerprint; // NULL when none
-	Datum result;		 // jsonb as stored (perhaps toasted), 0 when NULL
+	Datum result;            // jsonb as stored (perhaps toasted), 0 when NULL
 };
 
 // Remembers a record the table path found: the record of key id `id` that
@@ -75,7 +76,7 @@ struct CacheableRecord {
 // lock) and no invalidation happened in this database since `generation`
 // was read. Otherwise does nothing.
 void cache_remember(Relation rel, struct TupleTableSlot *slot, const bytea *id,
-		    const CacheableRecord &record, uint64 generation);
+                    const CacheableRecord &record, uint64 generation);
 
 // After any change or deletion of the record of key id `id` (in the
 // caller's transaction, committed or not): drops its entry and bumps the

@@ -53,12 +53,14 @@ extern "C" {
 
 #include <cstring>
 
-namespace idem {
+namespace idem
+{
 
 // Reset by bump_at_commit when the transaction ends.
 CacheTransaction cache_xact = {false, false, {0, {}}};
 
-namespace {
+namespace
+{
 
 // A database this transaction dropped: its epoch is bumped at the drop and
 // again at commit, after the backends still connected to it are gone.
@@ -96,12 +98,11 @@ bool named_records(Oid relid)
 	bool named = before != NULL && strcmp(before, "idem_records") == 0;
 	if (before != NULL)
 		pfree(before);
-	read_current_row(RelationRelationId, ClassOidIndexId, Anum_pg_class_oid, relid,
-			 [&](HeapTuple row) {
-				 const char *now =
-				     NameStr(reinterpret_cast<Form_pg_class>(GETSTRUCT(row))->relname);
-				 named = named || strcmp(now, "idem_records") == 0;
-			 });
+	read_current_row(
+	    RelationRelationId, ClassOidIndexId, Anum_pg_class_oid, relid, [&](HeapTuple row) {
+		    const char *now = NameStr(reinterpret_cast<Form_pg_class>(GETSTRUCT(row))->relname);
+		    named = named || strcmp(now, "idem_records") == 0;
+	    });
 	return named;
 }
 
@@ -118,12 +119,11 @@ bool named_trigger_function(Oid function)
 	bool named = before != NULL && trigger_function_name(before);
 	if (before != NULL)
 		pfree(before);
-	read_current_row(ProcedureRelationId, ProcedureOidIndexId, Anum_pg_proc_oid, function,
-			 [&](HeapTuple row) {
-				 named = named ||
-					 trigger_function_name(NameStr(
-					     reinterpret_cast<Form_pg_proc>(GETSTRUCT(row))->proname));
-			 });
+	read_current_row(
+	    ProcedureRelationId, ProcedureOidIndexId, Anum_pg_proc_oid, function, [&](HeapTuple row) {
+		    named = named || trigger_function_name(
+		                         NameStr(reinterpret_cast<Form_pg_proc>(GETSTRUCT(row))->proname));
+	    });
 	return named;
 }
 
@@ -140,11 +140,10 @@ bool replaces_records(ObjectAccessType access, Oid class_id, Oid object_id)
 		return (access == OAT_TRUNCATE || defines) && named_records(object_id);
 	if (class_id == TriggerRelationId && defines) {
 		Oid table = InvalidOid;
-		read_current_row(TriggerRelationId, TriggerOidIndexId, Anum_pg_trigger_oid,
-				 object_id, [&](HeapTuple row) {
-					 table = reinterpret_cast<Form_pg_trigger>(GETSTRUCT(row))
-						     ->tgrelid;
-				 });
+		read_current_row(TriggerRelationId, TriggerOidIndexId, Anum_pg_trigger_oid, object_id,
+		                 [&](HeapTuple row) {
+			                 table = reinterpret_cast<Form_pg_trigger>(GETSTRUCT(row))->tgrelid;
+		                 });
 		return !OidIsValid(table) || named_records(table);
 	}
 	if (class_id == ProcedureRelationId && defines)
@@ -193,7 +192,7 @@ void bump_at_commit(XactEvent event, void *)
 
 // PostgreSQL calls these through the guard (guard.hpp).
 extern "C" void idem_cache_object_access(ObjectAccessType access, Oid class_id, Oid object_id,
-					 int sub_id, void *arg)
+                                         int sub_id, void *arg)
 {
 	guard([&] { note_emptying(access, class_id, object_id, sub_id, arg); });
 }

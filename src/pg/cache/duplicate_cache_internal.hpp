@@ -7,7 +7,8 @@ extern "C" {
 #include "utils/relcache.h"
 }
 
-namespace idem {
+namespace idem
+{
 
 // What this transaction did that keeps it off the cache until it ends
 // (cache_usable). Reset when it ends (duplicate_cache_epochs.cpp).
@@ -28,7 +29,7 @@ struct CacheTransaction {
 extern CacheTransaction cache_xact;
 
 // The table (duplicate_cache.cpp).
-bool cache_exists();		// pg_idem is preloaded with a cache_size above 0
+bool cache_exists();             // pg_idem is preloaded with a cache_size above 0
 void cache_bump_epoch(Oid dbid); // every entry of that database stops answering
 
 // The triggers (duplicate_cache_triggers.cpp).

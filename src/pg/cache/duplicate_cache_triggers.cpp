@@ -49,9 +49,11 @@ extern "C" {
 
 #include <cstring>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 // Whether the triggers of the idem_records `guard_relid` keep the cache
 // exact (cache_guarded_by_triggers): -1 until worked out. Forgotten when that
@@ -87,20 +89,20 @@ bool is_own_function(Oid function, const char *symbol)
 // function, and WHEN (idem_cache_enabled()) or none, `row`-level or not,
 // BEFORE or not, for UPDATE OR DELETE or for TRUNCATE.
 bool made_as_installed(const Trigger &t, const ExtensionObjects &loc, bool row, bool before,
-		       bool truncate)
+                       bool truncate)
 {
 	int16 type = t.tgtype;
 	if (t.tgenabled != TRIGGER_FIRES_ALWAYS || t.tgdeferrable || t.tginitdeferred ||
 	    t.tgnattr != 0 || t.tgnargs != 0 || t.tgfoid != loc.records_trigger_function ||
 	    bool(TRIGGER_FOR_ROW(type)) != row || bool(TRIGGER_FOR_BEFORE(type)) != before ||
 	    !(truncate ? TRIGGER_FOR_TRUNCATE(type)
-		       : TRIGGER_FOR_UPDATE(type) && TRIGGER_FOR_DELETE(type)))
+	               : TRIGGER_FOR_UPDATE(type) && TRIGGER_FOR_DELETE(type)))
 		return false;
 	if (t.tgqual == NULL)
 		return true;
 	Node *when = static_cast<Node *>(stringToNode(t.tgqual));
-	return IsA(when, FuncExpr) && reinterpret_cast<FuncExpr *>(when)->funcid ==
-					  loc.cache_enabled_function &&
+	return IsA(when, FuncExpr) &&
+	       reinterpret_cast<FuncExpr *>(when)->funcid == loc.cache_enabled_function &&
 	       reinterpret_cast<FuncExpr *>(when)->args == NIL;
 }
 
@@ -141,13 +143,12 @@ void forget_guard_verdict_of_functions(Datum, int, uint32)
 
 // PostgreSQL calls these through the guard (guard.hpp).
 extern "C" void idem_cache_subtransaction_end(SubXactEvent event, SubTransactionId sub,
-					      SubTransactionId parent, void *arg)
+                                              SubTransactionId parent, void *arg)
 {
 	guard([&] { end_own_change_on_abort(event, sub, parent, arg); });
 }
 
-extern "C" void idem_cache_forget_guard_verdict_of_functions(Datum arg, int cache_id,
-							     uint32 hash)
+extern "C" void idem_cache_forget_guard_verdict_of_functions(Datum arg, int cache_id, uint32 hash)
 {
 	guard([&] { forget_guard_verdict_of_functions(arg, cache_id, hash); });
 }
@@ -181,9 +182,9 @@ bool cache_guarded_by_triggers(Relation rel)
 			truncating = made_as_installed(t, loc, false, true, true);
 	}
 	bool guarded = changed && changing && truncating &&
-		       records_layout_as_installed(RelationGetDescr(rel), loc) &&
-		       is_own_function(loc.records_trigger_function, "idem_records_changed") &&
-		       is_own_function(loc.cache_enabled_function, "idem_cache_enabled");
+	               records_layout_as_installed(RelationGetDescr(rel), loc) &&
+	               is_own_function(loc.records_trigger_function, "idem_records_changed") &&
+	               is_own_function(loc.cache_enabled_function, "idem_cache_enabled");
 	// Changed meanwhile: what was read may be stale, so keep nothing, and
 	// work it out again next time.
 	if (guard_resets != resets)
@@ -203,7 +204,10 @@ OwnChange cache_own_change_begin(const bytea *id)
 	return interrupted;
 }
 
-void cache_own_change_end(const OwnChange &interrupted) { cache_xact.own_change = interrupted; }
+void cache_own_change_end(const OwnChange &interrupted)
+{
+	cache_xact.own_change = interrupted;
+}
 
 void cache_triggers_register_callbacks()
 {
@@ -219,7 +223,7 @@ IDEM_SQL_FUNCTION(idem_records_changed)
 {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR, errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-			errmsg("idem_records_changed: not called as a trigger"));
+		        errmsg("idem_records_changed: not called as a trigger"));
 	TriggerData *trigger = reinterpret_cast<TriggerData *>(fcinfo->context);
 	TriggerEvent event = trigger->tg_event;
 	TupleDesc desc = RelationGetDescr(trigger->tg_relation);
@@ -233,7 +237,7 @@ IDEM_SQL_FUNCTION(idem_records_changed)
 		if (isnull || !idem::own_change_of(DatumGetByteaPP(id)))
 			idem::cache_xact.records_changed = true;
 		return PointerGetDatum(TRIGGER_FIRED_BY_UPDATE(event) ? trigger->tg_newtuple
-								      : trigger->tg_trigtuple);
+		                                                      : trigger->tg_trigtuple);
 	}
 	if (idem::cache_exists()) {
 		HeapTuple rows[] = {trigger->tg_trigtuple, trigger->tg_newtuple};
@@ -249,4 +253,7 @@ IDEM_SQL_FUNCTION(idem_records_changed)
 }
 
 // idem_cache_enabled(): whether the duplicate cache exists on this server.
-IDEM_SQL_FUNCTION(idem_cache_enabled) { PG_RETURN_BOOL(idem::cache_exists()); }
+IDEM_SQL_FUNCTION(idem_cache_enabled)
+{
+	PG_RETURN_BOOL(idem::cache_exists());
+}

@@ -75,7 +75,8 @@ extern "C" {
 #include <algorithm>
 #include <cstring>
 
-namespace {
+namespace
+{
 
 // A record as the protocol reads it (columns of the lock statement).
 struct Record {
@@ -88,7 +89,7 @@ struct Record {
 	int holder_pid;
 	TimestampTz holder_started_at;
 	text *fingerprint; // NULL when none
-	Datum result;	   // jsonb, or 0 when NULL
+	Datum result;      // jsonb, or 0 when NULL
 	text *last_error;
 	bool has_token;
 	pg_uuid_t token;
@@ -96,12 +97,11 @@ struct Record {
 };
 
 // A statement on idem_records, prepared once per backend.
-idem::Statement *prepare(const char *signature, const char *sql_format, int nargs,
-			 Oid *types)
+idem::Statement *prepare(const char *signature, const char *sql_format, int nargs, Oid *types)
 {
 	const idem::ExtensionObjects &objects = idem::extension_objects();
-	return idem::statement_for(signature, objects.records, objects.records_name, sql_format,
-				   nargs, types);
+	return idem::statement_for(signature, objects.records, objects.records_name, sql_format, nargs,
+	                           types);
 }
 
 uint64 run(idem::Statement *st, Datum *values, const char *nulls, int expected)
@@ -171,9 +171,8 @@ Record read_record(const idem::RecordRef &ref, bool lock, bool read_only = false
 	    "holder_pid, holder_started_at, fingerprint, result, last_error, claim_token, ttl "
 	    "FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1";
 	Oid types[] = {BYTEAOID};
-	idem::Statement *st =
-	    lock ? prepare("claim:lock", psprintf("%s FOR UPDATE", columns), 1, types)
-		 : prepare("claim:read", columns, 1, types);
+	idem::Statement *st = lock ? prepare("claim:lock", psprintf("%s FOR UPDATE", columns), 1, types)
+	                           : prepare("claim:read", columns, 1, types);
 	Datum values[] = {PointerGetDatum(ref.id)};
 	int rc = SPI_execute_plan(st->plan, values, NULL, read_only, 1);
 	if (rc != SPI_OK_SELECT)
@@ -191,9 +190,8 @@ Record read_record(const idem::RecordRef &ref, bool lock, bool read_only = false
 	text *scope = DatumGetTextPP(SPI_getbinval(row, desc, 1, &isnull));
 	text *key = DatumGetTextPP(SPI_getbinval(row, desc, 2, &isnull));
 	if (!same_text(scope, ref.scope) || !same_text(key, ref.key))
-		ereport(ERROR, errcode(ERRCODE_INTERNAL_ERROR),
-			errmsg("pg_idem key id collision"),
-			errhint("Report this: it is a SHA-256 prefix collision."));
+		ereport(ERROR, errcode(ERRCODE_INTERNAL_ERROR), errmsg("pg_idem key id collision"),
+		        errhint("Report this: it is a SHA-256 prefix collision."));
 	r.exists = true;
 	r.state = state_of(DatumGetObjectId(SPI_getbinval(row, desc, 3, &isnull)));
 	r.attempts = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
@@ -216,9 +214,10 @@ Record read_record(const idem::RecordRef &ref, bool lock, bool read_only = false
 	if (!isnull)
 		r.token = *DatumGetUUIDP(d);
 	d = SPI_getbinval(row, desc, 14, &isnull);
-	r.ttl = isnull ? NULL
-		       : reinterpret_cast<Interval *>(
-			     DatumGetPointer(datumCopy(d, false, sizeof(Interval))));
+	r.ttl =
+	    isnull
+	        ? NULL
+	        : reinterpret_cast<Interval *>(DatumGetPointer(datumCopy(d, false, sizeof(Interval))));
 	return r;
 }
 
@@ -258,9 +257,9 @@ idem::ClaimView view_of(const Record &r, const BeginArgs &args, TimestampTz now)
 	v.expired = r.exists && !in_progress && r.expires_at <= now;
 	v.lease_expired = in_progress && r.lease_expires_at <= now;
 	v.holder_gone = in_progress && args.policy.takeover_on_disconnect &&
-			!holder_alive(r.holder_pid, r.holder_started_at);
+	                !holder_alive(r.holder_pid, r.holder_started_at);
 	v.fingerprint_differs = r.fingerprint != NULL && args.fingerprint != NULL &&
-				!same_text(r.fingerprint, args.fingerprint);
+	                        !same_text(r.fingerprint, args.fingerprint);
 	return v;
 }
 
@@ -281,7 +280,7 @@ pg_uuid_t *new_claim_token()
 	pg_uuid_t *token = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
 	if (!pg_strong_random(token->data, UUID_LEN))
 		ereport(ERROR, errcode(ERRCODE_INTERNAL_ERROR),
-			errmsg("pg_idem: could not generate a random claim token"));
+		        errmsg("pg_idem: could not generate a random claim token"));
 	token->data[6] = (token->data[6] & 0x0f) | 0x40; // version 4
 	token->data[8] = (token->data[8] & 0x3f) | 0x80; // RFC 4122 variant
 	return token;
@@ -296,50 +295,51 @@ pg_uuid_t *new_claim_token()
 // which binds no payload. Returns false if a concurrent claim inserted the
 // key first.
 bool write_claim(const BeginArgs &args, bool exists, int attempt, int attempt_base, bool fresh,
-		 bool rebind, const pg_uuid_t *token, TimestampTz now)
+                 bool rebind, const pg_uuid_t *token, TimestampTz now)
 {
-	Datum values[] = {PointerGetDatum(args.ref.id),
-			  PointerGetDatum(args.ref.scope),
-			  PointerGetDatum(args.ref.key),
-			  Int32GetDatum(attempt),
-			  Int32GetDatum(attempt_base),
-			  TimestampTzGetDatum(now),
-			  TimestampTzGetDatum(idem::record_expiry(args.fn, now, args.ttl, args.settings)),
-			  TimestampTzGetDatum(lease_end(args, now)),
-			  Int32GetDatum(MyProcPid),
-			  TimestampTzGetDatum(MyStartTimestamp),
-			  PointerGetDatum(args.fingerprint),
-			  UUIDPGetDatum(token),
-			  IntervalPGetDatum(args.ttl),
-			  BoolGetDatum(fresh),
-			  BoolGetDatum(rebind)};
+	Datum values[] = {
+	    PointerGetDatum(args.ref.id),
+	    PointerGetDatum(args.ref.scope),
+	    PointerGetDatum(args.ref.key),
+	    Int32GetDatum(attempt),
+	    Int32GetDatum(attempt_base),
+	    TimestampTzGetDatum(now),
+	    TimestampTzGetDatum(idem::record_expiry(args.fn, now, args.ttl, args.settings)),
+	    TimestampTzGetDatum(lease_end(args, now)),
+	    Int32GetDatum(MyProcPid),
+	    TimestampTzGetDatum(MyStartTimestamp),
+	    PointerGetDatum(args.fingerprint),
+	    UUIDPGetDatum(token),
+	    IntervalPGetDatum(args.ttl),
+	    BoolGetDatum(fresh),
+	    BoolGetDatum(rebind)};
 	char nulls[] = "               ";
 	if (args.fingerprint == NULL)
 		nulls[10] = 'n';
 	if (args.ttl == NULL)
 		nulls[12] = 'n';
-	Oid types[] = {BYTEAOID,	TEXTOID,	TEXTOID, INT4OID,	 INT4OID,
-		       TIMESTAMPTZOID,	TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID,
-		       TEXTOID,		UUIDOID,	INTERVALOID, BOOLOID,	 BOOLOID};
+	Oid types[] = {BYTEAOID,       TEXTOID,        TEXTOID,        INT4OID, INT4OID,
+	               TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID,
+	               TEXTOID,        UUIDOID,        INTERVALOID,    BOOLOID, BOOLOID};
 	if (!exists) {
-		idem::Statement *st = prepare(
-		    "claim:insert",
-		    "INSERT INTO %s (key_id, scope, key, status, attempts, attempt_base, "
-		    "recorded_at, expires_at, lease_expires_at, holder_pid, holder_started_at, "
-		    "fingerprint, claim_token, ttl) VALUES ($1, $2, $3, 'in_progress', $4, $5, $6, "
-		    "$7, $8, $9, $10, $11, $12, $13) ON CONFLICT (key_id) DO NOTHING",
-		    13, types);
+		idem::Statement *st =
+		    prepare("claim:insert",
+		            "INSERT INTO %s (key_id, scope, key, status, attempts, attempt_base, "
+		            "recorded_at, expires_at, lease_expires_at, holder_pid, holder_started_at, "
+		            "fingerprint, claim_token, ttl) VALUES ($1, $2, $3, 'in_progress', $4, $5, $6, "
+		            "$7, $8, $9, $10, $11, $12, $13) ON CONFLICT (key_id) DO NOTHING",
+		            13, types);
 		return run(st, values, nulls, SPI_OK_INSERT) == 1;
 	}
-	idem::Statement *st = prepare(
-	    "claim:takeover",
-	    "UPDATE %s SET status = 'in_progress', attempts = $4, attempt_base = $5, "
-	    "recorded_at = $6, expires_at = $7, lease_expires_at = $8, holder_pid = $9, "
-	    "holder_started_at = $10, claim_token = $12, ttl = $13, "
-	    "fingerprint = CASE WHEN $15 THEN $11 ELSE COALESCE($11, fingerprint) END, "
-	    "last_error = CASE WHEN $14 THEN NULL ELSE last_error END, result = NULL "
-	    "WHERE key_id OPERATOR(pg_catalog.=) $1",
-	    15, types);
+	idem::Statement *st =
+	    prepare("claim:takeover",
+	            "UPDATE %s SET status = 'in_progress', attempts = $4, attempt_base = $5, "
+	            "recorded_at = $6, expires_at = $7, lease_expires_at = $8, holder_pid = $9, "
+	            "holder_started_at = $10, claim_token = $12, ttl = $13, "
+	            "fingerprint = CASE WHEN $15 THEN $11 ELSE COALESCE($11, fingerprint) END, "
+	            "last_error = CASE WHEN $14 THEN NULL ELSE last_error END, result = NULL "
+	            "WHERE key_id OPERATOR(pg_catalog.=) $1",
+	            15, types);
 	idem::OwnChange own = idem::cache_own_change_begin(args.ref.id);
 	run(st, values, nulls, SPI_OK_UPDATE);
 	idem::cache_own_change_end(own);
@@ -360,18 +360,17 @@ TimestampTz mark_dead(const BeginArgs &args, const Record &r, TimestampTz now)
 	Oid types[] = {BYTEAOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	idem::Statement *st =
 	    prepare("claim:dead",
-		    "UPDATE %s SET status = 'dead', last_error = $2, lease_expires_at = NULL, "
-		    "holder_pid = NULL, holder_started_at = NULL, claim_token = NULL, "
-		    "recorded_at = $3, expires_at = $4 "
-		    "WHERE key_id OPERATOR(pg_catalog.=) $1",
-		    4, types);
+	            "UPDATE %s SET status = 'dead', last_error = $2, lease_expires_at = NULL, "
+	            "holder_pid = NULL, holder_started_at = NULL, claim_token = NULL, "
+	            "recorded_at = $3, expires_at = $4 "
+	            "WHERE key_id OPERATOR(pg_catalog.=) $1",
+	            4, types);
 	const idem::RecordRef &ref = args.ref;
-	Datum values[] = {
-	    PointerGetDatum(ref.id),
-	    CStringGetTextDatum(psprintf("attempts used up: attempt %d did not finish "
-					 "before its lease expired",
-					 attempts)),
-	    TimestampTzGetDatum(now), TimestampTzGetDatum(expires_at)};
+	Datum values[] = {PointerGetDatum(ref.id),
+	                  CStringGetTextDatum(psprintf("attempts used up: attempt %d did not finish "
+	                                               "before its lease expired",
+	                                               attempts)),
+	                  TimestampTzGetDatum(now), TimestampTzGetDatum(expires_at)};
 	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
 	run(st, values, NULL, SPI_OK_UPDATE);
 	idem::cache_own_change_end(own);
@@ -386,11 +385,11 @@ struct Claim {
 	Datum result;
 	TimestampTz lease_expires_at; // 0: NULL
 	text *last_error;
-	const pg_uuid_t *token;	// only in an 'acquired' answer
+	const pg_uuid_t *token; // only in an 'acquired' answer
 	TimestampTz expires_at; // 0: NULL
-	text *fingerprint;	// the stored one, where the answer shows it
-	bool took_over;		// acquired from a holder whose lease ran out (or who is gone)
-	bool became_dead;	// this call marked the record dead
+	text *fingerprint;      // the stored one, where the answer shows it
+	bool took_over;         // acquired from a holder whose lease ran out (or who is gone)
+	bool became_dead;       // this call marked the record dead
 };
 
 // What idem_begin answers about a record it does not take: its attempt,
@@ -410,7 +409,7 @@ Claim report(const char *status, const Record &r)
 }
 
 Claim acquired(const BeginArgs &args, int attempt, text *last_error, const pg_uuid_t *token,
-	       TimestampTz now)
+               TimestampTz now)
 {
 	Claim c;
 	memset(&c, 0, sizeof c);
@@ -450,7 +449,7 @@ Claim decide_and_write(const BeginArgs &args)
 		case idem::ClaimAction::claim_next: {
 			pg_uuid_t *token = new_claim_token();
 			write_claim(args, true, r.attempts + 1, r.attempt_base, false,
-				    r.state == idem::RecordState::failed, token, now);
+			            r.state == idem::RecordState::failed, token, now);
 			Claim c = acquired(args, r.attempts + 1, r.last_error, token, now);
 			c.took_over = r.state == idem::RecordState::in_progress;
 			return c;
@@ -467,9 +466,9 @@ Claim decide_and_write(const BeginArgs &args)
 			c.expires_at = mark_dead(args, r, now);
 			c.became_dead = true;
 			c.lease_expires_at = 0;
-			c.last_error = cstring_to_text(psprintf(
-			    "attempts used up: attempt %d did not finish before its lease expired",
-			    r.attempts));
+			c.last_error = cstring_to_text(
+			    psprintf("attempts used up: attempt %d did not finish before its lease expired",
+			             r.attempts));
 			return c;
 		}
 		case idem::ClaimAction::report_dead:
@@ -477,14 +476,12 @@ Claim decide_and_write(const BeginArgs &args)
 		case idem::ClaimAction::report_mismatch: {
 			if (args.mismatch_is_error)
 				ereport(ERROR, errcode(ERRCODE_IDEM_FINGERPRINT_MISMATCH),
-					errmsg("%s: key was used before with a different payload",
-					       args.fn),
-					errdetail("The record of key \"%s\" in scope \"%s\" was made "
-						  "from a payload with another fingerprint.",
-						  text_to_cstring(args.ref.key),
-						  text_to_cstring(args.ref.scope)),
-					errhint("Use a new key for a different message, or configure "
-						"the scope with on_fingerprint_mismatch => 'status'."));
+				        errmsg("%s: key was used before with a different payload", args.fn),
+				        errdetail("The record of key \"%s\" in scope \"%s\" was made "
+				                  "from a payload with another fingerprint.",
+				                  text_to_cstring(args.ref.key), text_to_cstring(args.ref.scope)),
+				        errhint("Use a new key for a different message, or configure "
+				                "the scope with on_fingerprint_mismatch => 'status'."));
 			// Nothing of the other payload's outcome is shown to this
 			// one: only what tells the payloads apart, and when the key
 			// may be used again.
@@ -553,8 +550,8 @@ void count_claim(const text *scope, const Claim &c, idem::CacheAnswer cache)
 text *transfer_text(text *t)
 {
 	return t == NULL ? NULL
-			 : reinterpret_cast<text *>(DatumGetPointer(
-			       SPI_datumTransfer(PointerGetDatum(t), false, -1)));
+	                 : reinterpret_cast<text *>(
+	                       DatumGetPointer(SPI_datumTransfer(PointerGetDatum(t), false, -1)));
 }
 
 // Moves an answer read inside SPI out of SPI's memory, then ends SPI (whose
@@ -590,8 +587,8 @@ TupleDesc claim_desc(FunctionCallInfo fcinfo, ClaimDesc *cached)
 	if (get_call_result_type(fcinfo, NULL, &built) != TYPEFUNC_COMPOSITE ||
 	    built->natts != claim_columns)
 		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			errmsg("pg_idem: idem_claim must have %d columns", claim_columns),
-			errhint("Run ALTER EXTENSION pg_idem UPDATE."));
+		        errmsg("pg_idem: idem_claim must have %d columns", claim_columns),
+		        errhint("Run ALTER EXTENSION pg_idem UPDATE."));
 	MemoryContext old = MemoryContextSwitchTo(TopMemoryContext);
 	built = BlessTupleDesc(CreateTupleDescCopy(built));
 	MemoryContextSwitchTo(old);
@@ -606,21 +603,21 @@ Datum claim_datum(FunctionCallInfo fcinfo, ClaimDesc *cached, const Claim &c)
 {
 	TupleDesc desc = claim_desc(fcinfo, cached);
 	Datum values[claim_columns] = {CStringGetTextDatum(c.status),
-				       Int32GetDatum(c.attempt),
-				       c.result,
-				       TimestampTzGetDatum(c.lease_expires_at),
-				       PointerGetDatum(c.last_error),
-				       UUIDPGetDatum(c.token),
-				       TimestampTzGetDatum(c.expires_at),
-				       PointerGetDatum(c.fingerprint)};
+	                               Int32GetDatum(c.attempt),
+	                               c.result,
+	                               TimestampTzGetDatum(c.lease_expires_at),
+	                               PointerGetDatum(c.last_error),
+	                               UUIDPGetDatum(c.token),
+	                               TimestampTzGetDatum(c.expires_at),
+	                               PointerGetDatum(c.fingerprint)};
 	bool nulls[claim_columns] = {false,
-				     c.attempt == 0,
-				     c.result == 0,
-				     c.lease_expires_at == 0,
-				     c.last_error == NULL,
-				     c.token == NULL,
-				     c.expires_at == 0,
-				     c.fingerprint == NULL};
+	                             c.attempt == 0,
+	                             c.result == 0,
+	                             c.lease_expires_at == 0,
+	                             c.last_error == NULL,
+	                             c.token == NULL,
+	                             c.expires_at == 0,
+	                             c.fingerprint == NULL};
 	return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
@@ -630,14 +627,14 @@ ClaimDesc lookup_desc = {InvalidOid, NULL};
 // The token of idem_complete, idem_fail and idem_release. A missing one is
 // refused as a wrong one is: it holds nothing.
 const pg_uuid_t *token_arg(const char *fn, FunctionCallInfo fcinfo, int argno,
-			   const idem::RecordRef &ref)
+                           const idem::RecordRef &ref)
 {
 	if (PG_ARGISNULL(argno))
 		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			errmsg("%s: no token given for key \"%s\" in scope \"%s\"", fn,
-			       text_to_cstring(ref.key), text_to_cstring(ref.scope)),
-			errhint("Pass the token of idem_begin's 'acquired' answer; only the "
-				"holder of a claim has one."));
+		        errmsg("%s: no token given for key \"%s\" in scope \"%s\"", fn,
+		               text_to_cstring(ref.key), text_to_cstring(ref.scope)),
+		        errhint("Pass the token of idem_begin's 'acquired' answer; only the "
+		                "holder of a claim has one."));
 	return PG_GETARG_UUID_P(argno);
 }
 
@@ -654,25 +651,25 @@ void refuse_not_holder(const char *fn, const idem::RecordRef &ref, const Record 
 {
 	if (!r.exists)
 		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			errmsg("%s: key \"%s\" in scope \"%s\" is not claimed", fn,
-			       text_to_cstring(ref.key), text_to_cstring(ref.scope)),
-			errhint("Claim it with idem_begin first."));
+		        errmsg("%s: key \"%s\" in scope \"%s\" is not claimed", fn,
+		               text_to_cstring(ref.key), text_to_cstring(ref.scope)),
+		        errhint("Claim it with idem_begin first."));
 	ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-		errmsg("%s: the token given does not hold key \"%s\" in scope \"%s\"", fn,
-		       text_to_cstring(ref.key), text_to_cstring(ref.scope)),
-		errdetail("The record is %s, attempt %d.", state_name(r.state), r.attempts),
-		r.state == idem::RecordState::in_progress
-		    ? errhint("Another claim holds it (its lease was taken over, or it was "
-			      "never this caller's); this outcome is not recorded.")
-		    : errhint("Its claim has ended; this outcome is not recorded."));
+	        errmsg("%s: the token given does not hold key \"%s\" in scope \"%s\"", fn,
+	               text_to_cstring(ref.key), text_to_cstring(ref.scope)),
+	        errdetail("The record is %s, attempt %d.", state_name(r.state), r.attempts),
+	        r.state == idem::RecordState::in_progress
+	            ? errhint("Another claim holds it (its lease was taken over, or it was "
+	                      "never this caller's); this outcome is not recorded.")
+	            : errhint("Its claim has ended; this outcome is not recorded."));
 }
 
 // Ends the claim `values` name with `st`, an UPDATE whose WHERE matches
 // only the record in progress that the caller's token holds (key_id = $1
 // AND status = 'in_progress' AND claim_token = $2), or refuses, changing
 // nothing. Inside SPI.
-void end_held_claim(const char *fn, const idem::RecordRef &ref, idem::Statement *st,
-		    Datum *values, const char *nulls)
+void end_held_claim(const char *fn, const idem::RecordRef &ref, idem::Statement *st, Datum *values,
+                    const char *nulls)
 {
 	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
 	uint64 ended = run(st, values, nulls, SPI_OK_UPDATE);
@@ -687,7 +684,7 @@ void end_held_claim(const char *fn, const idem::RecordRef &ref, idem::Statement 
 const idem::RecordRef begin_ref(const char *fn, FunctionCallInfo fcinfo, Oid caller)
 {
 	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
-					       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
+	                                       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
 	idem::check_scope(fn, caller, ref.scope);
 	PreventCommandIfReadOnly(fn);
 	PreventCommandDuringRecovery(fn);
@@ -702,16 +699,16 @@ void check_fingerprint(const char *fn, text *fingerprint)
 		break;
 	case idem::FingerprintCheck::empty:
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: fingerprint must not be empty", fn),
-			errhint("Pass NULL for a payload without a fingerprint, or "
-				"idem_fingerprint(payload)."));
+		        errmsg("%s: fingerprint must not be empty", fn),
+		        errhint("Pass NULL for a payload without a fingerprint, or "
+		                "idem_fingerprint(payload)."));
 		break;
 	case idem::FingerprintCheck::too_long:
 		ereport(ERROR, errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-			errmsg("%s: fingerprint is too long", fn),
-			errdetail("The fingerprint has %zu bytes; the limit is %zu.", len,
-				  idem::max_fingerprint_bytes),
-			errhint("Pass a digest of the payload, such as idem_fingerprint(payload)."));
+		        errmsg("%s: fingerprint is too long", fn),
+		        errdetail("The fingerprint has %zu bytes; the limit is %zu.", len,
+		                  idem::max_fingerprint_bytes),
+		        errhint("Pass a digest of the payload, such as idem_fingerprint(payload)."));
 		break;
 	}
 }
@@ -722,12 +719,12 @@ void check_fingerprint(const char *fn, text *fingerprint)
 void refuse_old_sql(const char *fn)
 {
 	ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-		errmsg("%s: this database has the SQL of pg_idem 0.2 or older, and the library "
-		       "is 0.3",
-		       fn),
-		errdetail("Since 0.3, claims are held by a token instead of an attempt number."),
-		errhint("Run ALTER EXTENSION pg_idem UPDATE, and pass idem_begin's token to "
-			"idem_complete and idem_fail."));
+	        errmsg("%s: this database has the SQL of pg_idem 0.2 or older, and the library "
+	               "is 0.3",
+	               fn),
+	        errdetail("Since 0.3, claims are held by a token instead of an attempt number."),
+	        errhint("Run ALTER EXTENSION pg_idem UPDATE, and pass idem_begin's token to "
+	                "idem_complete and idem_fail."));
 }
 
 } // namespace
@@ -749,7 +746,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_begin_0_3)
 		double wait_us = idem::interval_microseconds(PG_GETARG_INTERVAL_P(4));
 		if (wait_us < 0)
 			ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("%s: wait must not be negative", args.fn));
+			        errmsg("%s: wait must not be negative", args.fn));
 		// Any wait ends at the holder's lease at the latest; capped at a
 		// century, so that the deadline cannot overflow.
 		args.wait_ms = long(std::min(wait_us, idem::max_interval_microseconds) / 1000);
@@ -784,15 +781,9 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_begin_0_3)
 	}
 	pg_uuid_t *token = new_claim_token();
 	Claim first = acquired(args, 1, NULL, token, now);
-	idem::NewRecord claim = {objects.status_in_progress,
-				 now,
-				 first.expires_at,
-				 first.lease_expires_at,
-				 MyProcPid,
-				 MyStartTimestamp,
-				 args.fingerprint,
-				 token,
-				 args.ttl};
+	idem::NewRecord claim = {objects.status_in_progress, now,       first.expires_at,
+	                         first.lease_expires_at,     MyProcPid, MyStartTimestamp,
+	                         args.fingerprint,           token,     args.ttl};
 	// The common case, a key seen for the first time, is one insertion
 	// below SQL (with ON CONFLICT DO NOTHING's semantics); anything else is
 	// decided under the record's row lock.
@@ -824,19 +815,19 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_complete_0_3)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	Oid types[] = {BYTEAOID, UUIDOID, JSONBOID, TIMESTAMPTZOID, INTERVALOID};
-	idem::Statement *st = prepare(
-	    "claim:complete",
-	    "UPDATE %s SET status = 'completed', result = $3, recorded_at = $4, "
-	    "expires_at = $4 OPERATOR(pg_catalog.+) COALESCE(ttl, $5), "
-	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
-	    "claim_token = NULL, last_error = NULL "
-	    "WHERE key_id OPERATOR(pg_catalog.=) $1 "
-	    "AND status OPERATOR(pg_catalog.=) 'in_progress' "
-	    "AND claim_token OPERATOR(pg_catalog.=) $2",
-	    5, types);
+	idem::Statement *st =
+	    prepare("claim:complete",
+	            "UPDATE %s SET status = 'completed', result = $3, recorded_at = $4, "
+	            "expires_at = $4 OPERATOR(pg_catalog.+) COALESCE(ttl, $5), "
+	            "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
+	            "claim_token = NULL, last_error = NULL "
+	            "WHERE key_id OPERATOR(pg_catalog.=) $1 "
+	            "AND status OPERATOR(pg_catalog.=) 'in_progress' "
+	            "AND claim_token OPERATOR(pg_catalog.=) $2",
+	            5, types);
 	Datum values[] = {PointerGetDatum(ref.id), UUIDPGetDatum(token),
-			  PG_ARGISNULL(3) ? 0 : PG_GETARG_DATUM(3), TimestampTzGetDatum(now),
-			  IntervalPGetDatum(&scope_ttl)};
+	                  PG_ARGISNULL(3) ? 0 : PG_GETARG_DATUM(3), TimestampTzGetDatum(now),
+	                  IntervalPGetDatum(&scope_ttl)};
 	char nulls[] = "     ";
 	if (PG_ARGISNULL(3))
 		nulls[2] = 'n';
@@ -854,11 +845,11 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_fail_0_3)
 	const pg_uuid_t *token = token_arg(fn, fcinfo, 2, ref);
 	if (PG_ARGISNULL(3))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: error must not be null", fn),
-			errhint("Describe what went wrong; operators read it in idem_dead_letters."));
+		        errmsg("%s: error must not be null", fn),
+		        errhint("Describe what went wrong; operators read it in idem_dead_letters."));
 	if (PG_ARGISNULL(4))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: retryable must not be null", fn));
+		        errmsg("%s: retryable must not be null", fn));
 	bool retryable = PG_GETARG_BOOL(4);
 	idem::ScopeSettings settings = idem::scope_settings(ref.scope);
 	TimestampTz now = GetCurrentTimestamp();
@@ -873,16 +864,16 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_fail_0_3)
 
 	const idem::ExtensionObjects &objects = idem::extension_objects();
 	Oid types[] = {BYTEAOID, objects.status_type, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	idem::Statement *st = prepare(
-	    "claim:fail",
-	    "UPDATE %s SET status = $2, last_error = $3, recorded_at = $4, expires_at = $5, "
-	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
-	    "claim_token = NULL "
-	    "WHERE key_id OPERATOR(pg_catalog.=) $1",
-	    5, types);
+	idem::Statement *st =
+	    prepare("claim:fail",
+	            "UPDATE %s SET status = $2, last_error = $3, recorded_at = $4, expires_at = $5, "
+	            "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
+	            "claim_token = NULL "
+	            "WHERE key_id OPERATOR(pg_catalog.=) $1",
+	            5, types);
 	Datum values[] = {PointerGetDatum(ref.id), ObjectIdGetDatum(status_oid(outcome)),
-			  PG_GETARG_DATUM(3), TimestampTzGetDatum(now),
-			  TimestampTzGetDatum(idem::record_expiry(fn, now, r.ttl, settings))};
+	                  PG_GETARG_DATUM(3), TimestampTzGetDatum(now),
+	                  TimestampTzGetDatum(idem::record_expiry(fn, now, r.ttl, settings))};
 	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
 	run(st, values, NULL, SPI_OK_UPDATE);
 	idem::cache_own_change_end(own);
@@ -914,19 +905,19 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_release)
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	Oid types[] = {BYTEAOID, UUIDOID, TIMESTAMPTZOID, INTERVALOID};
-	idem::Statement *st = prepare(
-	    "claim:release",
-	    "UPDATE %s SET status = 'failed', "
-	    "attempt_base = attempt_base OPERATOR(pg_catalog.+) 1, recorded_at = $3, "
-	    "expires_at = $3 OPERATOR(pg_catalog.+) COALESCE(ttl, $4), "
-	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
-	    "claim_token = NULL "
-	    "WHERE key_id OPERATOR(pg_catalog.=) $1 "
-	    "AND status OPERATOR(pg_catalog.=) 'in_progress' "
-	    "AND claim_token OPERATOR(pg_catalog.=) $2",
-	    4, types);
+	idem::Statement *st =
+	    prepare("claim:release",
+	            "UPDATE %s SET status = 'failed', "
+	            "attempt_base = attempt_base OPERATOR(pg_catalog.+) 1, recorded_at = $3, "
+	            "expires_at = $3 OPERATOR(pg_catalog.+) COALESCE(ttl, $4), "
+	            "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
+	            "claim_token = NULL "
+	            "WHERE key_id OPERATOR(pg_catalog.=) $1 "
+	            "AND status OPERATOR(pg_catalog.=) 'in_progress' "
+	            "AND claim_token OPERATOR(pg_catalog.=) $2",
+	            4, types);
 	Datum values[] = {PointerGetDatum(ref.id), UUIDPGetDatum(token), TimestampTzGetDatum(now),
-			  IntervalPGetDatum(&scope_ttl)};
+	                  IntervalPGetDatum(&scope_ttl)};
 	end_held_claim(fn, ref, st, values, NULL);
 	SPI_finish();
 	PG_RETURN_VOID();
@@ -939,7 +930,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_lookup)
 {
 	static const char fn[] = "idem_lookup";
 	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
-					       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
+	                                       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
 	idem::check_scope(fn, caller, ref.scope);
 	TimestampTz now = GetCurrentTimestamp();
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -948,8 +939,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_lookup)
 	Claim c;
 	memset(&c, 0, sizeof c);
 	// An expired record is one idem_begin would claim afresh.
-	if (!r.exists ||
-	    (r.state != idem::RecordState::in_progress && r.expires_at <= now)) {
+	if (!r.exists || (r.state != idem::RecordState::in_progress && r.expires_at <= now)) {
 		c.status = "absent";
 	} else {
 		c = report(state_name(r.state), r);

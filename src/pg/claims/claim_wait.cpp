@@ -27,9 +27,11 @@ extern "C" {
 
 #include <cstring>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 constexpr int buckets = 128;
 // Without shared memory, or as a safety net for missed wakeups, a waiter
@@ -49,8 +51,8 @@ bool sleeping = false;
 int bucket_of(const bytea *key_id)
 {
 	return int(key_id_hash(reinterpret_cast<const uint8_t *>(VARDATA_ANY(key_id)),
-			       VARSIZE_ANY_EXHDR(key_id)) %
-		   buckets);
+	                       VARSIZE_ANY_EXHDR(key_id)) %
+	           buckets);
 }
 
 void at_transaction_end(XactEvent event, void *)
@@ -60,9 +62,8 @@ void at_transaction_end(XactEvent event, void *)
 			if (pending[b / 64] & (uint64(1) << (b % 64)))
 				ConditionVariableBroadcast(&shared->cv[b]);
 	}
-	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT ||
-	    event == XACT_EVENT_PREPARE || event == XACT_EVENT_PARALLEL_COMMIT ||
-	    event == XACT_EVENT_PARALLEL_ABORT)
+	if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE ||
+	    event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT)
 		memset(pending, 0, sizeof pending);
 }
 
@@ -74,7 +75,10 @@ extern "C" void idem_claim_wait_at_transaction_end(XactEvent event, void *arg)
 	guard([&] { at_transaction_end(event, arg); });
 }
 
-void claim_wait_request_shmem() { RequestAddinShmemSpace(MAXALIGN(sizeof(SharedWaits))); }
+void claim_wait_request_shmem()
+{
+	RequestAddinShmemSpace(MAXALIGN(sizeof(SharedWaits)));
+}
 
 void claim_wait_init_shmem()
 {
@@ -107,13 +111,12 @@ void claim_sleep(const bytea *key_id, long timeout_ms)
 	if (shared != NULL) {
 		sleeping = true;
 		ConditionVariableTimedSleep(&shared->cv[bucket_of(key_id)],
-					    timeout_ms < safety_recheck_ms ? timeout_ms
-									   : safety_recheck_ms,
-					    PG_WAIT_EXTENSION);
+		                            timeout_ms < safety_recheck_ms ? timeout_ms : safety_recheck_ms,
+		                            PG_WAIT_EXTENSION);
 		return;
 	}
 	(void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-			timeout_ms < recheck_ms ? timeout_ms : recheck_ms, PG_WAIT_EXTENSION);
+	                timeout_ms < recheck_ms ? timeout_ms : recheck_ms, PG_WAIT_EXTENSION);
 	ResetLatch(MyLatch);
 	CHECK_FOR_INTERRUPTS();
 }

@@ -2,7 +2,8 @@
 // without a sleep loop in the caller. Include after postgres.h.
 #pragma once
 
-namespace idem {
+namespace idem
+{
 
 // With pg_idem in shared_preload_libraries: a fixed array of condition
 // variables in shared memory, one per bucket of key ids. idem_complete

@@ -58,9 +58,11 @@ extern "C" {
 
 #include <cstring>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 // Named in the warnings, whoever runs reconciliation (idem_reconcile, or
 // the purge worker).
@@ -90,9 +92,9 @@ bool ask_reconciler(Oid function, Oid role, text *scope, text *key, bool *isnull
 	GetUserIdAndSecContext(&saved_user, &saved_context);
 	int guc_level = NewGUCNestLevel();
 	(void)set_config_option("search_path", reconciler_search_path, PGC_USERSET, PGC_S_SESSION,
-				GUC_ACTION_SAVE, true, 0, false);
+	                        GUC_ACTION_SAVE, true, 0, false);
 	SetUserIdAndSecContext(role, saved_context | SECURITY_LOCAL_USERID_CHANGE |
-					 SECURITY_RESTRICTED_OPERATION);
+	                                 SECURITY_RESTRICTED_OPERATION);
 	FmgrInfo flinfo;
 	fmgr_info(function, &flinfo);
 	LOCAL_FCINFO(call, 2);
@@ -115,8 +117,7 @@ bool ask_reconciler(Oid function, Oid role, text *scope, text *key, bool *isnull
 // broken reconciler never stops the claims of other scopes (the error's
 // claim, first in line, would otherwise fail every later run too). A
 // cancel or a shutdown still ends the whole call.
-bool ask_reconciler_in_subtransaction(Oid reconciler, Oid role, const Candidate &c,
-				      bool *unknown)
+bool ask_reconciler_in_subtransaction(Oid reconciler, Oid role, const Candidate &c, bool *unknown)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
 	ResourceOwner caller_owner = CurrentResourceOwner;
@@ -142,10 +143,10 @@ bool ask_reconciler_in_subtransaction(Oid reconciler, Oid role, const Candidate 
 		    error->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN)
 			ReThrowError(error);
 		ereport(WARNING,
-			errmsg("%s: the reconciliation function of scope \"%s\" failed for key "
-			       "\"%s\": %s",
-			       fn, text_to_cstring(c.scope), text_to_cstring(c.key), error->message),
-			errhint("Its claim is reported unknown and left as it is."));
+		        errmsg("%s: the reconciliation function of scope \"%s\" failed for key "
+		               "\"%s\": %s",
+		               fn, text_to_cstring(c.scope), text_to_cstring(c.key), error->message),
+		        errhint("Its claim is reported unknown and left as it is."));
 		FreeErrorData(error);
 		*unknown = true;
 		happened = false;
@@ -154,14 +155,13 @@ bool ask_reconciler_in_subtransaction(Oid reconciler, Oid role, const Candidate 
 	return happened;
 }
 
-
 // The claims to look at: in progress with an expired lease, of `scope` (or
 // any) among the scopes `caller` may use, oldest lease first, row-locked
 // (SKIP LOCKED), and only in scopes with a reconciliation function: claims
 // nothing can settle must not take the places of those that can. Copied out
 // of SPI before any reconciliation function runs SPI.
 Candidate *select_candidates(const ExtensionObjects &objects, const text *scope, int max_rows,
-			     Oid caller, int *n)
+                             Oid caller, int *n)
 {
 	// Two statements: one for every scope (also on 0.2's SQL, which has no
 	// grants), one that keeps to the caller's ($3).
@@ -169,29 +169,29 @@ Candidate *select_candidates(const ExtensionObjects &objects, const text *scope,
 	static const char every_signature[] = "reconcile:select";
 	static const char granted_signature[] = "reconcile:select:granted";
 	Statement *select =
-	    every_scope ? statement_lookup(every_signature, sizeof every_signature, objects.records)
-			: statement_lookup(granted_signature, sizeof granted_signature,
-					   objects.records);
+	    every_scope
+	        ? statement_lookup(every_signature, sizeof every_signature, objects.records)
+	        : statement_lookup(granted_signature, sizeof granted_signature, objects.records);
 	if (!statement_ready(select)) {
 		Oid select_types[] = {TEXTOID, INT4OID, OIDOID};
 		statement_prepare(
 		    select,
 		    psprintf("SELECT r.key_id, r.scope, r.key, r.attempts, r.attempt_base FROM %s r "
-			     "WHERE r.status OPERATOR(pg_catalog.=) 'in_progress' "
-			     "AND r.lease_expires_at OPERATOR(pg_catalog.<=) "
-			     "pg_catalog.clock_timestamp() "
-			     "AND ($1 IS NULL OR r.scope OPERATOR(pg_catalog.=) $1) "
-			     "AND r.scope COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) ANY (ARRAY("
-			     "SELECT s.scope FROM %s s WHERE s.reconcile_function IS NOT NULL%s)) "
-			     "ORDER BY r.lease_expires_at LIMIT $2 FOR UPDATE OF r SKIP LOCKED",
-			     objects.records_name, objects.scopes_name,
-			     every_scope ? ""
-					 : psprintf(" AND %s.idem_scope_usable_by(s.scope, $3)",
-						    objects.schema_name)),
+		             "WHERE r.status OPERATOR(pg_catalog.=) 'in_progress' "
+		             "AND r.lease_expires_at OPERATOR(pg_catalog.<=) "
+		             "pg_catalog.clock_timestamp() "
+		             "AND ($1 IS NULL OR r.scope OPERATOR(pg_catalog.=) $1) "
+		             "AND r.scope COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) ANY (ARRAY("
+		             "SELECT s.scope FROM %s s WHERE s.reconcile_function IS NOT NULL%s)) "
+		             "ORDER BY r.lease_expires_at LIMIT $2 FOR UPDATE OF r SKIP LOCKED",
+		             objects.records_name, objects.scopes_name,
+		             every_scope ? ""
+		                         : psprintf(" AND %s.idem_scope_usable_by(s.scope, $3)",
+		                                    objects.schema_name)),
 		    every_scope ? 2 : 3, select_types);
 	}
 	Datum select_values[] = {PointerGetDatum(scope), Int32GetDatum(max_rows),
-				 ObjectIdGetDatum(caller)};
+	                         ObjectIdGetDatum(caller)};
 	char select_nulls[] = {scope == NULL ? 'n' : ' ', ' ', ' '};
 	if (SPI_execute_plan(select->plan, select_values, select_nulls, false, 0) != SPI_OK_SELECT)
 		elog(ERROR, "pg_idem: reconciliation query failed");
@@ -221,20 +221,20 @@ bool reconciler_still_usable(const Candidate &c, const ScopeSettings &settings)
 		return false;
 	if (!reconcile_function_fits(settings.reconcile_function)) {
 		ereport(WARNING,
-			errmsg("%s: the reconciliation function of scope \"%s\" no longer "
-			       "exists or no longer fits",
-			       fn, text_to_cstring(c.scope)),
-			errhint("Configure the scope again with idem_configure."));
+		        errmsg("%s: the reconciliation function of scope \"%s\" no longer "
+		               "exists or no longer fits",
+		               fn, text_to_cstring(c.scope)),
+		        errhint("Configure the scope again with idem_configure."));
 		return false;
 	}
-	if (object_aclcheck(ProcedureRelationId, settings.reconcile_function,
-			    settings.configured_by, ACL_EXECUTE) != ACLCHECK_OK) {
+	if (object_aclcheck(ProcedureRelationId, settings.reconcile_function, settings.configured_by,
+	                    ACL_EXECUTE) != ACLCHECK_OK) {
 		// idem_configure checked it; a REVOKE since must hold too.
 		ereport(WARNING,
-			errmsg("%s: the role that configured scope \"%s\" may no longer "
-			       "execute its reconciliation function",
-			       fn, text_to_cstring(c.scope)),
-			errhint("Grant it EXECUTE again, or configure the scope again."));
+		        errmsg("%s: the role that configured scope \"%s\" may no longer "
+		               "execute its reconciliation function",
+		               fn, text_to_cstring(c.scope)),
+		        errhint("Grant it EXECUTE again, or configure the scope again."));
 		return false;
 	}
 	if (!reconciler_runs_safely_as(settings.reconcile_function, settings.configured_by)) {
@@ -242,12 +242,12 @@ bool reconciler_still_usable(const Candidate &c, const ScopeSettings &settings)
 		// configured the scope was dropped: the body is no longer
 		// vouched for by that role.
 		ereport(WARNING,
-			errmsg("%s: the reconciliation function of scope \"%s\" no longer "
-			       "runs as the role that configured it",
-			       fn, text_to_cstring(c.scope)),
-			errdetail("That role was dropped, or the function's owner does not "
-				  "have its privileges."),
-			errhint("Configure the scope again with idem_configure."));
+		        errmsg("%s: the reconciliation function of scope \"%s\" no longer "
+		               "runs as the role that configured it",
+		               fn, text_to_cstring(c.scope)),
+		        errdetail("That role was dropped, or the function's owner does not "
+		                  "have its privileges."),
+		        errhint("Configure the scope again with idem_configure."));
 		return false;
 	}
 	return true;
@@ -256,13 +256,13 @@ bool reconciler_still_usable(const Candidate &c, const ScopeSettings &settings)
 // Records the function's answer: completed, or failed (dead when the
 // attempts are used up), fenced on the attempt the select saw.
 ReconcileOutcome settle(const ExtensionObjects &objects, Statement *update, Candidate &c,
-			const ScopeSettings &settings, bool happened)
+                        const ScopeSettings &settings, bool happened)
 {
 	Oid status = objects.status_completed;
 	ReconcileOutcome outcome = ReconcileOutcome::completed;
 	if (!happened) {
 		bool dead = decide_failure(c.attempts, c.attempt_base, settings.max_attempts, true) ==
-			    RecordState::dead;
+		            RecordState::dead;
 		status = dead ? objects.status_dead : objects.status_failed;
 		outcome = dead ? ReconcileOutcome::dead : ReconcileOutcome::failed;
 	}
@@ -270,7 +270,7 @@ ReconcileOutcome settle(const ExtensionObjects &objects, Statement *update, Cand
 	// The claim's own ttl, else the scope's.
 	Interval ttl = scope_ttl(settings);
 	Datum values[] = {PointerGetDatum(c.id), Int32GetDatum(c.attempts), ObjectIdGetDatum(status),
-			  TimestampTzGetDatum(now), IntervalPGetDatum(&ttl)};
+	                  TimestampTzGetDatum(now), IntervalPGetDatum(&ttl)};
 	OwnChange own = cache_own_change_begin(c.id);
 	if (SPI_execute_plan(update->plan, values, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "pg_idem: reconciliation update failed");
@@ -327,18 +327,18 @@ int reconcile_expired_leases(const text *scope, int max_rows, Oid caller, Reconc
 	Candidate *candidates = select_candidates(objects, scope, max_rows, caller, &n);
 
 	Oid update_types[] = {BYTEAOID, INT4OID, objects.status_type, TIMESTAMPTZOID, INTERVALOID};
-	Statement *update = statement_for(
-	    "reconcile:update", objects.records, objects.records_name,
-	    "UPDATE %s SET status = $3, recorded_at = $4, "
-	    "expires_at = $4 OPERATOR(pg_catalog.+) COALESCE(ttl, $5), "
-	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
-	    "claim_token = NULL, "
-	    "last_error = CASE WHEN $3 OPERATOR(pg_catalog.=) 'completed' "
-	    "THEN last_error ELSE 'reconciled: the effect did not happen' END "
-	    "WHERE key_id OPERATOR(pg_catalog.=) $1 "
-	    "AND status OPERATOR(pg_catalog.=) 'in_progress' "
-	    "AND attempts OPERATOR(pg_catalog.=) $2",
-	    5, update_types);
+	Statement *update =
+	    statement_for("reconcile:update", objects.records, objects.records_name,
+	                  "UPDATE %s SET status = $3, recorded_at = $4, "
+	                  "expires_at = $4 OPERATOR(pg_catalog.+) COALESCE(ttl, $5), "
+	                  "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
+	                  "claim_token = NULL, "
+	                  "last_error = CASE WHEN $3 OPERATOR(pg_catalog.=) 'completed' "
+	                  "THEN last_error ELSE 'reconciled: the effect did not happen' END "
+	                  "WHERE key_id OPERATOR(pg_catalog.=) $1 "
+	                  "AND status OPERATOR(pg_catalog.=) 'in_progress' "
+	                  "AND attempts OPERATOR(pg_catalog.=) $2",
+	                  5, update_types);
 
 	Reconciled *out = static_cast<Reconciled *>(palloc0(sizeof(Reconciled) * (n + 1)));
 	for (int i = 0; i < n; i++) {
@@ -347,10 +347,10 @@ int reconcile_expired_leases(const text *scope, int max_rows, Oid caller, Reconc
 		ReconcileOutcome outcome = ReconcileOutcome::no_reconciler;
 		if (reconciler_still_usable(c, settings)) {
 			bool unknown;
-			bool happened = ask_reconciler_in_subtransaction(
-			    settings.reconcile_function, settings.configured_by, c, &unknown);
+			bool happened = ask_reconciler_in_subtransaction(settings.reconcile_function,
+			                                                 settings.configured_by, c, &unknown);
 			outcome = unknown ? ReconcileOutcome::unknown
-					  : settle(objects, update, c, settings, happened);
+			                  : settle(objects, update, c, settings, happened);
 		}
 		out[i] = Reconciled{c.scope, c.key, c.attempts, outcome};
 	}
@@ -370,7 +370,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_reconcile)
 	static const char fn[] = "idem_reconcile";
 	if (PG_ARGISNULL(1) || PG_GETARG_INT32(1) < 1)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: max_rows must be at least 1", fn));
+		        errmsg("%s: max_rows must be at least 1", fn));
 	const text *scope = PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0);
 	if (scope != NULL)
 		idem::check_scope(fn, caller, scope);
@@ -385,8 +385,8 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_reconcile)
 	int n = idem::reconcile_expired_leases(scope, max_rows, caller, &rows);
 	for (int i = 0; i < n; i++) {
 		Datum out[] = {PointerGetDatum(rows[i].scope), PointerGetDatum(rows[i].key),
-			       Int32GetDatum(rows[i].attempts),
-			       CStringGetTextDatum(idem::reconcile_outcome_name(rows[i].outcome))};
+		               Int32GetDatum(rows[i].attempts),
+		               CStringGetTextDatum(idem::reconcile_outcome_name(rows[i].outcome))};
 		bool nulls[] = {false, false, false, false};
 		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, out, nulls);
 	}

@@ -3,13 +3,14 @@
 // Include after postgres.h.
 #pragma once
 
-namespace idem {
+namespace idem
+{
 
 // What reconciliation did with one claim.
 enum class ReconcileOutcome {
 	completed,     // the function said the effect happened
-	failed,	       // it said it did not; the key may be claimed again
-	dead,	       // it said it did not, and the attempts are used up
+	failed,        // it said it did not; the key may be claimed again
+	dead,          // it said it did not, and the attempts are used up
 	unknown,       // it did not know (NULL), or raised an error: left as it is
 	no_reconciler, // the scope's function is gone or may no longer run
 };

@@ -27,7 +27,8 @@ extern "C" {
 #include <string_view>
 #include <vector>
 
-namespace {
+namespace
+{
 
 struct Outcome {
 	char hex[idem::digest_hex_length + 1];
@@ -52,7 +53,7 @@ void copy_message(const std::string &message, char (&out)[512])
 
 // fields == NULL: the fingerprint.
 void compute(const char *json, size_t json_len, const char *const *fields, const int *field_lens,
-	     int nfields, Outcome *out)
+             int nfields, Outcome *out)
 {
 	std::string hex;
 	out->error = idem::KeyErrc::none;
@@ -89,23 +90,21 @@ Datum digest_or_error(const char *fn, const Outcome &out)
 	switch (out.error) {
 	case idem::KeyErrc::missing_field:
 	case idem::KeyErrc::wrong_type:
-		ereport(ERROR, errcode(ERRCODE_SQL_JSON_MEMBER_NOT_FOUND),
-			errmsg("%s: %s", fn, message),
-			errhint("A key must be computed from fields every message has."));
+		ereport(ERROR, errcode(ERRCODE_SQL_JSON_MEMBER_NOT_FOUND), errmsg("%s: %s", fn, message),
+		        errhint("A key must be computed from fields every message has."));
 		break;
 	case idem::KeyErrc::invalid_json:
 		// jsonb is valid JSON; what the core refuses is a payload beyond its
 		// limits (json_max_depth, json_max_exponent).
 		ereport(ERROR,
-			errcode(out.json == idem::JsonErrc::too_deep ? ERRCODE_STATEMENT_TOO_COMPLEX
-				: out.json == idem::JsonErrc::number_out_of_range
-				    ? ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE
-				    : ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: %s", fn, message));
+		        errcode(out.json == idem::JsonErrc::too_deep ? ERRCODE_STATEMENT_TOO_COMPLEX
+		                : out.json == idem::JsonErrc::number_out_of_range
+		                    ? ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE
+		                    : ERRCODE_INVALID_PARAMETER_VALUE),
+		        errmsg("%s: %s", fn, message));
 		break;
 	default:
-		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: %s", fn, message));
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("%s: %s", fn, message));
 	}
 	pg_unreachable();
 }
@@ -114,7 +113,7 @@ char *payload_text(const char *fn, FunctionCallInfo fcinfo, size_t *len)
 {
 	if (PG_ARGISNULL(0))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: payload must not be null", fn));
+		        errmsg("%s: payload must not be null", fn));
 	Jsonb *payload = PG_GETARG_JSONB_P(0);
 	char *json = JsonbToCString(NULL, &payload->root, VARSIZE(payload));
 	// The canonical form is defined on UTF-8.
@@ -133,7 +132,7 @@ IDEM_SQL_FUNCTION(idem_key)
 	char *json = payload_text(fn, fcinfo, &json_len);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: fields must not be null", fn));
+		        errmsg("%s: fields must not be null", fn));
 	ArrayType *array = PG_GETARG_ARRAYTYPE_P(1);
 	Datum *elems;
 	bool *nulls;
@@ -144,7 +143,7 @@ IDEM_SQL_FUNCTION(idem_key)
 	for (int i = 0; i < n; i++) {
 		if (nulls[i])
 			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				errmsg("%s: field %d is null", fn, i + 1));
+			        errmsg("%s: field %d is null", fn, i + 1));
 		text *field = DatumGetTextPP(elems[i]);
 		fields[i] = pg_server_to_any(VARDATA_ANY(field), VARSIZE_ANY_EXHDR(field), PG_UTF8);
 		lens[i] = fields[i] == VARDATA_ANY(field) ? VARSIZE_ANY_EXHDR(field) : strlen(fields[i]);

@@ -52,7 +52,8 @@ extern "C" {
 #include "pg/scopes/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
 
-namespace {
+namespace
+{
 
 // The version, high-water mark and window size in front of the bitmap, in
 // replay_window.hpp's serialization.
@@ -67,17 +68,17 @@ StreamPart stream_part_args(const char *fn, FunctionCallInfo fcinfo)
 {
 	if (PG_ARGISNULL(0))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: stream must not be null", fn));
+		        errmsg("%s: stream must not be null", fn));
 	if (PG_ARGISNULL(1))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: part must not be null", fn));
+		        errmsg("%s: part must not be null", fn));
 	StreamPart sp = {PG_GETARG_TEXT_PP(0), PG_GETARG_INT32(1)};
 	if (VARSIZE_ANY_EXHDR(sp.stream) == 0)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: stream must not be empty", fn));
+		        errmsg("%s: stream must not be empty", fn));
 	if (sp.part < 0)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: part must not be negative", fn));
+		        errmsg("%s: part must not be negative", fn));
 	return sp;
 }
 
@@ -85,19 +86,19 @@ void check_position_and_window(const char *fn, FunctionCallInfo fcinfo, int posi
 {
 	if (PG_ARGISNULL(position_arg))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: position must not be null", fn));
+		        errmsg("%s: position must not be null", fn));
 	if (PG_ARGISNULL(position_arg + 1))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: window must not be null", fn));
+		        errmsg("%s: window must not be null", fn));
 	if (PG_GETARG_INT64(position_arg) < 0)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: position must not be negative", fn));
+		        errmsg("%s: position must not be negative", fn));
 	int32 window = PG_GETARG_INT32(position_arg + 1);
 	if (window < 0 || window > idem::replay_window_max)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: window must be between 0 and %d", fn, idem::replay_window_max),
-			errdetail("The window is how many positions below the highest one are "
-				  "remembered; it costs one bit each."));
+		        errmsg("%s: window must be between 0 and %d", fn, idem::replay_window_max),
+		        errdetail("The window is how many positions below the highest one are "
+		                  "remembered; it costs one bit each."));
 }
 
 bytea *window_bytea(const idem::ReplayWindow &window)
@@ -113,9 +114,9 @@ bytea *window_bytea(const idem::ReplayWindow &window)
 void window_from_bytea(const char *fn, bytea *state, idem::ReplayWindow *window)
 {
 	if (!window->deserialize(reinterpret_cast<const uint8_t *>(VARDATA_ANY(state)),
-				 VARSIZE_ANY_EXHDR(state)))
+	                         VARSIZE_ANY_EXHDR(state)))
 		ereport(ERROR, errcode(ERRCODE_INVALID_BINARY_REPRESENTATION),
-			errmsg("%s: window_state is not a pg_idem stream window", fn));
+		        errmsg("%s: window_state is not a pg_idem stream window", fn));
 }
 
 // Where idem_streams is, or an error if this database is still on pg_idem
@@ -125,21 +126,21 @@ const idem::ExtensionObjects &streams_objects(const char *fn)
 	const idem::ExtensionObjects &objects = idem::extension_objects();
 	if (!OidIsValid(objects.streams) || !OidIsValid(objects.streams_pkey))
 		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			errmsg("%s: this database has pg_idem 0.1's SQL objects, without "
-			       "idem_streams",
-			       fn),
-			errhint("Run ALTER EXTENSION pg_idem UPDATE."));
+		        errmsg("%s: this database has pg_idem 0.1's SQL objects, without "
+		               "idem_streams",
+		               fn),
+		        errhint("Run ALTER EXTENSION pg_idem UPDATE."));
 	return objects;
 }
 
 // The statement for `signature`, prepared the first time from `sql_format`
 // with its %s replaced by idem_streams' qualified name.
 idem::Statement *streams_statement(const char *fn, const char *signature, const char *sql_format,
-				   int nargs, Oid *types)
+                                   int nargs, Oid *types)
 {
 	const idem::ExtensionObjects &objects = streams_objects(fn);
-	return idem::statement_for(signature, objects.streams, objects.streams_name, sql_format,
-				   nargs, types);
+	return idem::statement_for(signature, objects.streams, objects.streams_name, sql_format, nargs,
+	                           types);
 }
 
 // Column numbers of idem_streams, in the order src/pg_idem--0.1--0.2.sql creates them.
@@ -161,9 +162,8 @@ enum StreamColumn : AttrNumber {
 void check_streams_as_installed(const char *fn, Relation rel, Oid pkey)
 {
 	static const idem::InstalledColumn columns[stream_columns] = {
-	    {"stream", TEXTOID},	  {"part", INT4OID},
-	    {"position", INT8OID},	  {"window_size", INT4OID},
-	    {"window_state", BYTEAOID}, {"updated_at", TIMESTAMPTZOID}};
+	    {"stream", TEXTOID},      {"part", INT4OID},          {"position", INT8OID},
+	    {"window_size", INT4OID}, {"window_state", BYTEAOID}, {"updated_at", TIMESTAMPTZOID}};
 	bool as_installed =
 	    idem::leading_columns_as_installed(RelationGetDescr(rel), columns, stream_columns);
 	if (as_installed) {
@@ -173,24 +173,24 @@ void check_streams_as_installed(const char *fn, Relation rel, Oid pkey)
 	}
 	if (!as_installed)
 		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			errmsg("%s: idem_streams is not as pg_idem made it", fn),
-			errdetail("idem_advance writes its rows below SQL, so the table must "
-				  "keep its first six columns, and its primary key as its only "
-				  "index."),
-			errhint("Undo the change to idem_streams."));
+		        errmsg("%s: idem_streams is not as pg_idem made it", fn),
+		        errdetail("idem_advance writes its rows below SQL, so the table must "
+		                  "keep its first six columns, and its primary key as its only "
+		                  "index."),
+		        errhint("Undo the change to idem_streams."));
 }
 
 enum class Step { accepted, rejected, absent, retry };
 
 // The part's version that `snapshot` sees, into `slot`.
 bool find_part(Relation rel, Relation pkey, Snapshot snapshot, const StreamPart &sp,
-	       TupleTableSlot *slot)
+               TupleTableSlot *slot)
 {
 	ScanKeyData keys[2];
 	ScanKeyEntryInitialize(&keys[0], 0, col_stream, BTEqualStrategyNumber, InvalidOid,
-			       pkey->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(sp.stream));
-	ScanKeyEntryInitialize(&keys[1], 0, col_part, BTEqualStrategyNumber, InvalidOid,
-			       InvalidOid, F_INT4EQ, Int32GetDatum(sp.part));
+	                       pkey->rd_indcollation[0], F_TEXTEQ, PointerGetDatum(sp.stream));
+	ScanKeyEntryInitialize(&keys[1], 0, col_part, BTEqualStrategyNumber, InvalidOid, InvalidOid,
+	                       F_INT4EQ, Int32GetDatum(sp.part));
 	IndexScanDesc scan = idem::compat::index_beginscan(rel, pkey, snapshot, 2, 0);
 	index_rescan(scan, keys, 2, NULL, 0);
 	bool found = index_getnext_slot(scan, ForwardScanDirection, slot);
@@ -209,24 +209,23 @@ Step advance_once(Relation rel, Relation pkey, const StreamPart &sp, int64 posit
 	if (find_part(rel, pkey, GetActiveSnapshot(), sp, slot)) {
 		slot_getallattrs(slot);
 		idem::ReplayWindow state;
-		window_from_bytea("idem_advance",
-				  DatumGetByteaPP(slot->tts_values[col_window_state - 1]), &state);
+		window_from_bytea("idem_advance", DatumGetByteaPP(slot->tts_values[col_window_state - 1]),
+		                  &state);
 		if (!state.advance(position, window)) {
 			step = Step::rejected;
 		} else {
 			check_streams_as_installed("idem_advance", rel, RelationGetRelid(pkey));
 			// The new version: the row with these four columns replaced
 			// (any column an operator added keeps its value).
-			int changed[] = {col_position, col_window_size, col_window_state,
-					 col_updated_at};
+			int changed[] = {col_position, col_window_size, col_window_state, col_updated_at};
 			Datum changes[] = {Int64GetDatum(state.high()), Int32GetDatum(window),
-					   PointerGetDatum(window_bytea(state)),
-					   TimestampTzGetDatum(GetCurrentTransactionStartTimestamp())};
+			                   PointerGetDatum(window_bytea(state)),
+			                   TimestampTzGetDatum(GetCurrentTransactionStartTimestamp())};
 			bool no_nulls[] = {false, false, false, false};
 			bool should_free;
 			HeapTuple current = ExecFetchSlotHeapTuple(slot, false, &should_free);
-			HeapTuple row = heap_modify_tuple_by_cols(current, RelationGetDescr(rel), 4,
-								  changed, changes, no_nulls);
+			HeapTuple row = heap_modify_tuple_by_cols(current, RelationGetDescr(rel), 4, changed,
+			                                          changes, no_nulls);
 			if (should_free)
 				heap_freetuple(current);
 			// The primary key's columns, (stream, part), lead the row.
@@ -236,19 +235,19 @@ Step advance_once(Relation rel, Relation pkey, const StreamPart &sp, int64 posit
 			LockTupleMode lockmode;
 			ItemPointerData old = slot->tts_tid;
 			switch (idem::compat::heap_update(rel, &old, row, GetCurrentCommandId(true),
-							  InvalidSnapshot, true, &failure, &lockmode)) {
+			                                  InvalidSnapshot, true, &failure, &lockmode)) {
 			case TM_Ok:
 				if (!HeapTupleIsHeapOnly(row))
-					index_insert(pkey, key, key_nulls, &row->t_self, rel,
-						     UNIQUE_CHECK_YES, true, BuildIndexInfo(pkey));
+					index_insert(pkey, key, key_nulls, &row->t_self, rel, UNIQUE_CHECK_YES, true,
+					             BuildIndexInfo(pkey));
 				step = Step::accepted;
 				break;
 			case TM_Updated:
 			case TM_Deleted:
 				if (IsolationUsesXactSnapshot())
 					ereport(ERROR, errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-						errmsg("could not serialize access due to concurrent "
-						       "update"));
+					        errmsg("could not serialize access due to concurrent "
+					               "update"));
 				step = Step::retry;
 				break;
 			default:
@@ -297,7 +296,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_advance)
 	Relation rel = table_open(objects.streams, RowExclusiveLock);
 	Relation pkey = index_open(objects.streams_pkey, RowExclusiveLock);
 	Datum args[] = {PointerGetDatum(sp.stream), Int32GetDatum(sp.part), Int64GetDatum(position),
-			Int32GetDatum(window)};
+	                Int32GetDatum(window)};
 	bool accepted;
 	for (;;) {
 		Step step = advance_once(rel, pkey, sp, position, window);
@@ -356,16 +355,15 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_reset_stream)
 	static const char fn[] = "idem_reset_stream";
 	if (PG_ARGISNULL(0))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: stream must not be null", fn));
+		        errmsg("%s: stream must not be null", fn));
 	idem::check_scope(fn, caller, PG_GETARG_TEXT_PP(0), "stream");
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	Oid types[] = {TEXTOID, INT4OID};
-	idem::Statement *st = streams_statement(
-	    fn, "streams:reset",
-	    "DELETE FROM %s WHERE stream OPERATOR(pg_catalog.=) $1 "
-	    "AND ($2 IS NULL OR part OPERATOR(pg_catalog.=) $2)",
-	    2, types);
+	idem::Statement *st = streams_statement(fn, "streams:reset",
+	                                        "DELETE FROM %s WHERE stream OPERATOR(pg_catalog.=) $1 "
+	                                        "AND ($2 IS NULL OR part OPERATOR(pg_catalog.=) $2)",
+	                                        2, types);
 	Datum args[] = {PG_GETARG_DATUM(0), PG_ARGISNULL(1) ? 0 : PG_GETARG_DATUM(1)};
 	char nulls[] = {' ', PG_ARGISNULL(1) ? 'n' : ' '};
 	if (SPI_execute_plan(st->plan, args, nulls, false, 0) != SPI_OK_DELETE)

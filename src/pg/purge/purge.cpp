@@ -45,7 +45,8 @@ extern "C" {
 
 #include <cstring>
 
-namespace idem {
+namespace idem
+{
 
 int64 purge_batch(int max_rows, Oid only_for)
 {
@@ -56,19 +57,20 @@ int64 purge_batch(int max_rows, Oid only_for)
 	static const char granted_signature[] = "purge:candidates:granted";
 	bool every_scope = !OidIsValid(only_for);
 	Statement *st =
-	    every_scope ? statement_lookup(every_signature, sizeof every_signature, objects.records)
-			: statement_lookup(granted_signature, sizeof granted_signature, objects.records);
+	    every_scope
+	        ? statement_lookup(every_signature, sizeof every_signature, objects.records)
+	        : statement_lookup(granted_signature, sizeof granted_signature, objects.records);
 	if (!statement_ready(st)) {
 		Oid types[] = {INT4OID, OIDOID};
 		statement_prepare(st,
-				  psprintf("SELECT ctid, scope, key_id FROM %s "
-					   "WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
-					   "AND status OPERATOR(pg_catalog.<>) 'in_progress'%s LIMIT $1",
-					   objects.records_name,
-					   every_scope ? ""
-						       : psprintf(" AND %s.idem_scope_usable_by(scope, $2)",
-								  objects.schema_name)),
-				  every_scope ? 1 : 2, types);
+		                  psprintf("SELECT ctid, scope, key_id FROM %s "
+		                           "WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
+		                           "AND status OPERATOR(pg_catalog.<>) 'in_progress'%s LIMIT $1",
+		                           objects.records_name,
+		                           every_scope ? ""
+		                                       : psprintf(" AND %s.idem_scope_usable_by(scope, $2)",
+		                                                  objects.schema_name)),
+		                  every_scope ? 1 : 2, types);
 	}
 	Datum values[] = {Int32GetDatum(max_rows), ObjectIdGetDatum(only_for)};
 	if (SPI_execute_plan(st->plan, values, NULL, false, max_rows) != SPI_OK_SELECT)
@@ -90,8 +92,8 @@ int64 purge_batch(int max_rows, Oid only_for)
 		// The candidate's version passed the search's test; TM_Ok means it is
 		// still the latest and now deleted. Anything else (renewed, locked,
 		// deleted by someone else) is left alone.
-		if (table_tuple_delete(records, tid, cid, GetActiveSnapshot(), InvalidSnapshot,
-				       false, &failure, false) != TM_Ok)
+		if (table_tuple_delete(records, tid, cid, GetActiveSnapshot(), InvalidSnapshot, false,
+		                       &failure, false) != TM_Ok)
 			continue;
 		cache_invalidate(DatumGetByteaPP(SPI_getbinval(row, SPI_tuptable->tupdesc, 3, &isnull)));
 		if (purged_scopes != NULL)
@@ -149,12 +151,12 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_purge)
 	static const char fn[] = "idem_purge";
 	if (PG_ARGISNULL(0) || PG_GETARG_INT32(0) < 1)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: max_rows must be at least 1", fn));
+		        errmsg("%s: max_rows must be at least 1", fn));
 	PreventCommandIfReadOnly(fn);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	int64 purged = idem::purge_batch(PG_GETARG_INT32(0),
-					 idem::may_use_every_scope(caller) ? InvalidOid : caller);
+	                                 idem::may_use_every_scope(caller) ? InvalidOid : caller);
 	SPI_finish();
 	PG_RETURN_INT64(purged);
 }
@@ -197,14 +199,14 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_purge_status)
 		idem::statement_prepare(
 		    st,
 		    psprintf("SELECT e.n, e.age, l.n FROM "
-			     "(SELECT pg_catalog.count(*) AS n, pg_catalog.now() "
-			     "OPERATOR(pg_catalog.-) pg_catalog.min(expires_at) AS age FROM %s "
-			     "WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
-			     "AND status OPERATOR(pg_catalog.<>) 'in_progress') e, "
-			     "(SELECT pg_catalog.count(*) AS n FROM %s "
-			     "WHERE status OPERATOR(pg_catalog.=) 'in_progress' "
-			     "AND lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()) l",
-			     objects.records_name, objects.records_name),
+		             "(SELECT pg_catalog.count(*) AS n, pg_catalog.now() "
+		             "OPERATOR(pg_catalog.-) pg_catalog.min(expires_at) AS age FROM %s "
+		             "WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
+		             "AND status OPERATOR(pg_catalog.<>) 'in_progress') e, "
+		             "(SELECT pg_catalog.count(*) AS n FROM %s "
+		             "WHERE status OPERATOR(pg_catalog.=) 'in_progress' "
+		             "AND lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.now()) l",
+		             objects.records_name, objects.records_name),
 		    0, NULL);
 	if (SPI_execute_plan(st->plan, NULL, NULL, true, 1) != SPI_OK_SELECT || SPI_processed != 1)
 		elog(ERROR, "pg_idem: backlog query failed");

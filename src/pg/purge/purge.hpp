@@ -4,7 +4,8 @@
 
 #include "pg/purge/purge_status.hpp"
 
-namespace idem {
+namespace idem
+{
 
 // Deletes up to max_rows expired records (never one in progress) in the
 // current transaction, inside the caller's SPI connection. Rows locked by

@@ -18,9 +18,11 @@ extern "C" {
 
 #include <cstring>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 constexpr int max_slots = 64;
 
@@ -58,7 +60,10 @@ Slot *slot_of(Oid database, bool claim)
 
 } // namespace
 
-void purge_status_request_shmem() { RequestAddinShmemSpace(MAXALIGN(sizeof(SharedStatus))); }
+void purge_status_request_shmem()
+{
+	RequestAddinShmemSpace(MAXALIGN(sizeof(SharedStatus)));
+}
 
 void purge_status_init_shmem()
 {

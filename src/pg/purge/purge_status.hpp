@@ -6,7 +6,8 @@ extern "C" {
 #include "datatype/timestamp.h"
 }
 
-namespace idem {
+namespace idem
+{
 
 struct PurgeRound {
 	TimestampTz at;

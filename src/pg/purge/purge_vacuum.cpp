@@ -43,9 +43,11 @@ extern "C" {
 #include "pg/purge/purge_vacuum.hpp"
 #include "pg/settings.hpp"
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 struct VacuumPlan {
 	Oid records = InvalidOid;
@@ -70,19 +72,19 @@ VacuumPlan plan_vacuum()
 
 	if (opts && !opts->enabled)
 		return plan;
-	int threshold = opts && opts->vacuum_threshold >= 0 ? opts->vacuum_threshold
-							     : autovacuum_vac_thresh;
-	double scale = opts && opts->vacuum_scale_factor >= 0 ? opts->vacuum_scale_factor
-							      : autovacuum_vac_scale;
+	int threshold =
+	    opts && opts->vacuum_threshold >= 0 ? opts->vacuum_threshold : autovacuum_vac_thresh;
+	double scale =
+	    opts && opts->vacuum_scale_factor >= 0 ? opts->vacuum_scale_factor : autovacuum_vac_scale;
 	PgStat_StatTabEntry *stats = pgstat_fetch_stat_tabentry(plan.records);
 	plan.due = stats && double(compat::dead_tuples(stats)) > threshold + scale * reltuples;
 
 	plan.cost_delay = opts && opts->vacuum_cost_delay >= 0 ? opts->vacuum_cost_delay
-		: autovacuum_vac_cost_delay >= 0		    ? autovacuum_vac_cost_delay
-								    : VacuumCostDelay;
+	                  : autovacuum_vac_cost_delay >= 0     ? autovacuum_vac_cost_delay
+	                                                       : VacuumCostDelay;
 	plan.cost_limit = opts && opts->vacuum_cost_limit > 0 ? opts->vacuum_cost_limit
-		: autovacuum_vac_cost_limit > 0			  ? autovacuum_vac_cost_limit
-								  : VacuumCostLimit;
+	                  : autovacuum_vac_cost_limit > 0     ? autovacuum_vac_cost_limit
+	                                                      : VacuumCostLimit;
 	return plan;
 }
 
@@ -97,8 +99,8 @@ void vacuum_records_if_due()
 
 	static MemoryContext vacuum_context = NULL;
 	if (vacuum_context == NULL)
-		vacuum_context = AllocSetContextCreate(TopMemoryContext, "pg_idem purge vacuum",
-						       ALLOCSET_DEFAULT_SIZES);
+		vacuum_context =
+		    AllocSetContextCreate(TopMemoryContext, "pg_idem purge vacuum", ALLOCSET_DEFAULT_SIZES);
 
 	StartTransactionCommand();
 	VacuumPlan plan = plan_vacuum();
@@ -114,8 +116,8 @@ void vacuum_records_if_due()
 	// Value-initialised: later versions add fields, and vacuum() must not
 	// read garbage in any of them.
 	VacuumParams params{};
-	params.options = VACOPT_VACUUM | compat::vacopt_process_main | VACOPT_SKIP_LOCKED |
-			 VACOPT_PROCESS_TOAST;
+	params.options =
+	    VACOPT_VACUUM | compat::vacopt_process_main | VACOPT_SKIP_LOCKED | VACOPT_PROCESS_TOAST;
 	params.freeze_min_age = -1;
 	params.freeze_table_age = -1;
 	params.multixact_freeze_min_age = -1;

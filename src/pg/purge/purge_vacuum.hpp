@@ -2,7 +2,8 @@
 // Include after postgres.h.
 #pragma once
 
-namespace idem {
+namespace idem
+{
 
 // Vacuums idem_records if autovacuum's own test says it is due (dead tuples
 // over the table's threshold) and pg_idem.purge_vacuum is on. Called by the

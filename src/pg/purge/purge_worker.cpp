@@ -55,9 +55,11 @@ PGDLLEXPORT void idem_purge_worker_main(Datum arg);
 
 #include <cstring>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 // Sleeps on the latch for `ms`. SIGTERM ends the process at once; SIGHUP
 // reloads the settings and ends the nap, so that a new naptime or rate
@@ -79,7 +81,7 @@ void nap(long ms)
 		if (remaining <= 0)
 			return;
 		(void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, remaining,
-				PG_WAIT_EXTENSION);
+		                PG_WAIT_EXTENSION);
 		ResetLatch(MyLatch);
 	}
 }
@@ -117,7 +119,7 @@ bool purge_round(PurgeRound &round)
 		int batch = purge_batch_size;
 		int64 purged = 0;
 		if (!in_transaction("pg_idem purge: deleting expired records",
-				    [&] { purged = purge_batch(batch); }))
+		                    [&] { purged = purge_batch(batch); }))
 			return false;
 		round.rows += purged;
 		if (purged < batch)
@@ -126,14 +128,13 @@ bool purge_round(PurgeRound &round)
 		nap(purge_rate_limit > 0 ? long(purged * 1000 / purge_rate_limit) : 0);
 		long pause = purge_yield ? yield_pause_ms(&share) : 0;
 		if (pause > 0) {
-			elog(DEBUG1, "pg_idem purge: pausing %ld ms, commits are waiting for the WAL",
-			     pause);
+			elog(DEBUG1, "pg_idem purge: pausing %ld ms, commits are waiting for the WAL", pause);
 			nap(pause);
 		}
 	}
 	if (purge_reconcile)
 		in_transaction("pg_idem purge: reconciling expired leases",
-			       [&] { reconcile_batch(purge_batch_size, &round); });
+		               [&] { reconcile_batch(purge_batch_size, &round); });
 	TimestampTz ended = GetCurrentTimestamp();
 	round.at = ended;
 	round.ms = double(ended - started) / 1000.0;
@@ -171,7 +172,10 @@ bool guarded_round()
 }
 
 // The pid in the status is only shown while the worker runs.
-void detach_status(int, Datum) { purge_status_attach(MyDatabaseId, 0); }
+void detach_status(int, Datum)
+{
+	purge_status_attach(MyDatabaseId, 0);
+}
 
 } // namespace
 
@@ -187,7 +191,7 @@ void register_purge_workers()
 	List *names = NIL;
 	if (!SplitIdentifierString(list, ',', &names))
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("pg_idem.purge_databases is not a valid list of database names"));
+		        errmsg("pg_idem.purge_databases is not a valid list of database names"));
 	ListCell *lc;
 	foreach (lc, names) {
 		const char *db = static_cast<const char *>(lfirst(lc));
@@ -217,7 +221,7 @@ void compress_own_wal()
 	static const char *const methods[] = {"lz4", "pglz"};
 	for (const char *method : methods)
 		if (set_config_option("wal_compression", method, PGC_SUSET, PGC_S_DYNAMIC_DEFAULT,
-				      GUC_ACTION_SET, true, DEBUG1, false) > 0)
+		                      GUC_ACTION_SET, true, DEBUG1, false) > 0)
 			return;
 }
 
@@ -249,8 +253,8 @@ static void run_purge_worker()
 		bool installed = idem::guarded_round();
 		if (!installed && !said_not_installed)
 			ereport(LOG, errmsg("pg_idem purge worker: extension pg_idem is not installed "
-					    "in database \"%s\"; waiting",
-					    database));
+			                    "in database \"%s\"; waiting",
+			                    database));
 		said_not_installed = !installed;
 		// Flush the round's table statistics now, not up to a second later
 		// (which would be after the nap): autovacuum decides on them.
@@ -259,4 +263,7 @@ static void run_purge_worker()
 	}
 }
 
-extern "C" void idem_purge_worker_main(Datum) { idem::guard(run_purge_worker); }
+extern "C" void idem_purge_worker_main(Datum)
+{
+	idem::guard(run_purge_worker);
+}

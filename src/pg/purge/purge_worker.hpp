@@ -2,7 +2,8 @@
 // _PG_init while shared_preload_libraries is processed.
 #pragma once
 
-namespace idem {
+namespace idem
+{
 
 void register_purge_workers();
 

@@ -41,9 +41,11 @@ extern "C" {
 
 #include "pg/purge/purge_yield.hpp"
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 constexpr double own_share = 0.25;
 constexpr int64 window_us = 1000 * 1000;

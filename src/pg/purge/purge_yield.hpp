@@ -7,7 +7,8 @@ extern "C" {
 #include "datatype/timestamp.h"
 }
 
-namespace idem {
+namespace idem
+{
 
 // The share of the WAL the worker may write while commits wait: its bytes
 // against everyone else's, over the current window.

@@ -24,12 +24,13 @@ extern "C" {
 
 #include <cstring>
 
-namespace {
+namespace
+{
 
 // Runs one keyed statement on the record ($1 the key id, then $2 and $3
 // the timestamps, if given); returns the rows it touched.
 uint64 on_record(const char *signature, const char *sql_format, const idem::RecordRef &ref,
-		 TimestampTz recorded_at = 0, TimestampTz expires_at = 0)
+                 TimestampTz recorded_at = 0, TimestampTz expires_at = 0)
 {
 	const idem::ExtensionObjects &objects = idem::extension_objects();
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -37,9 +38,9 @@ uint64 on_record(const char *signature, const char *sql_format, const idem::Reco
 	Oid types[] = {BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	int nargs = recorded_at != 0 ? 3 : 1;
 	idem::Statement *st = idem::statement_for(signature, objects.records, objects.records_name,
-						  sql_format, nargs, types);
+	                                          sql_format, nargs, types);
 	Datum values[] = {PointerGetDatum(ref.id), TimestampTzGetDatum(recorded_at),
-			  TimestampTzGetDatum(expires_at)};
+	                  TimestampTzGetDatum(expires_at)};
 	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
 	if (SPI_execute_plan(st->plan, values, NULL, false, 0) < 0)
 		elog(ERROR, "pg_idem: %s failed", signature);
@@ -52,7 +53,7 @@ uint64 on_record(const char *signature, const char *sql_format, const idem::Reco
 idem::RecordRef operator_ref(const char *fn, FunctionCallInfo fcinfo, Oid caller)
 {
 	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
-					       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
+	                                       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
 	idem::check_scope(fn, caller, ref.scope);
 	PreventCommandIfReadOnly(fn);
 	return ref;
@@ -70,14 +71,13 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_retry)
 	static const char fn[] = "idem_retry";
 	idem::RecordRef ref = operator_ref(fn, fcinfo, caller);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	TimestampTz expires_at =
-	    idem::record_expiry(fn, now, NULL, idem::scope_settings(ref.scope));
+	TimestampTz expires_at = idem::record_expiry(fn, now, NULL, idem::scope_settings(ref.scope));
 	uint64 n = on_record("operator:retry",
-			     "UPDATE %s SET status = 'failed', attempt_base = attempts, "
-			     "recorded_at = $2, expires_at = $3 "
-			     "WHERE key_id OPERATOR(pg_catalog.=) $1 "
-			     "AND status OPERATOR(pg_catalog.=) 'dead'",
-			     ref, now, expires_at);
+	                     "UPDATE %s SET status = 'failed', attempt_base = attempts, "
+	                     "recorded_at = $2, expires_at = $3 "
+	                     "WHERE key_id OPERATOR(pg_catalog.=) $1 "
+	                     "AND status OPERATOR(pg_catalog.=) 'dead'",
+	                     ref, now, expires_at);
 	if (n > 0)
 		idem::cache_invalidate(ref.id);
 	PG_RETURN_BOOL(n > 0);
@@ -93,22 +93,22 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_forget)
 	static const char fn[] = "idem_forget";
 	idem::RecordRef ref = operator_ref(fn, fcinfo, caller);
 	uint64 n = on_record("operator:forget",
-			     "DELETE FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1 "
-			     "AND status OPERATOR(pg_catalog.<>) 'in_progress'",
-			     ref);
+	                     "DELETE FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1 "
+	                     "AND status OPERATOR(pg_catalog.<>) 'in_progress'",
+	                     ref);
 	if (n > 0)
 		idem::cache_invalidate(ref.id);
 	if (n == 0 && on_record("operator:in_progress",
-				"SELECT 1 FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1 "
-				"AND status OPERATOR(pg_catalog.=) 'in_progress' FOR UPDATE",
-				ref) > 0)
+	                        "SELECT 1 FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1 "
+	                        "AND status OPERATOR(pg_catalog.=) 'in_progress' FOR UPDATE",
+	                        ref) > 0)
 		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			errmsg("%s: key \"%s\" in scope \"%s\" is in progress", fn,
-			       text_to_cstring(ref.key), text_to_cstring(ref.scope)),
-			errdetail("Forgetting it would let its holder's late completion land on "
-				  "a new claim."),
-			errhint("Let its lease expire and reconcile it, or record it with "
-				"idem_fail, then forget it."));
+		        errmsg("%s: key \"%s\" in scope \"%s\" is in progress", fn,
+		               text_to_cstring(ref.key), text_to_cstring(ref.scope)),
+		        errdetail("Forgetting it would let its holder's late completion land on "
+		                  "a new claim."),
+		        errhint("Let its lease expire and reconcile it, or record it with "
+		                "idem_fail, then forget it."));
 	if (n > 0)
 		idem::claim_wake_at_commit(ref.id);
 	PG_RETURN_BOOL(n > 0);

@@ -64,16 +64,17 @@ extern "C" {
 
 #include <cstring>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 bool same_text(Datum stored, const text *given)
 {
 	text *s = DatumGetTextPP(stored);
 	size_t len = VARSIZE_ANY_EXHDR(s);
-	return len == VARSIZE_ANY_EXHDR(given) &&
-	       memcmp(VARDATA_ANY(s), VARDATA_ANY(given), len) == 0;
+	return len == VARSIZE_ANY_EXHDR(given) && memcmp(VARDATA_ANY(s), VARDATA_ANY(given), len) == 0;
 }
 
 // What a claim found: its own new record, or someone's live or expired one.
@@ -95,9 +96,9 @@ bool find_holder(Relation rel, Relation pkey, const RecordRef &ref, TupleTableSl
 		IndexScanDesc scan = compat::index_beginscan(rel, pkey, &dirty, 1, 0);
 		index_rescan(scan, &skey, 1, NULL, 0);
 		bool found = index_getnext_slot(scan, ForwardScanDirection, slot);
-		TransactionId xwait = !found			      ? InvalidTransactionId
-				      : TransactionIdIsValid(dirty.xmin) ? dirty.xmin
-									 : dirty.xmax;
+		TransactionId xwait = !found                             ? InvalidTransactionId
+		                      : TransactionIdIsValid(dirty.xmin) ? dirty.xmin
+		                                                         : dirty.xmax;
 		index_endscan(scan);
 		if (!TransactionIdIsValid(xwait))
 			return found;
@@ -117,28 +118,26 @@ bool find_holder(Relation rel, Relation pkey, const RecordRef &ref, TupleTableSl
 // key id match with another scope or key is a SHA-256 collision: an error,
 // never a false duplicate.
 Found classify_holder(const ExtensionObjects &loc, Relation rel, TupleTableSlot *slot,
-		      const RecordRef &ref, TimestampTz now)
+                      const RecordRef &ref, TimestampTz now)
 {
 	bool isnull;
 	if (IsolationUsesXactSnapshot()) {
-		TransactionId xmin = DatumGetTransactionId(
-		    slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull));
+		TransactionId xmin =
+		    DatumGetTransactionId(slot_getsysattr(slot, MinTransactionIdAttributeNumber, &isnull));
 		if (!table_tuple_satisfies_snapshot(rel, slot, GetTransactionSnapshot()) &&
 		    !TransactionIdIsCurrentTransactionId(xmin))
 			ereport(ERROR, errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
-				errmsg("could not serialize access due to concurrent update"));
+			        errmsg("could not serialize access due to concurrent update"));
 	}
 	if (!same_text(slot_getattr(slot, col_scope, &isnull), ref.scope) ||
 	    !same_text(slot_getattr(slot, col_key, &isnull), ref.key))
-		ereport(ERROR, errcode(ERRCODE_INTERNAL_ERROR),
-			errmsg("pg_idem key id collision"),
-			errdetail("Scope \"%s\" and another (scope, key) share a key id.",
-				  text_to_cstring(ref.scope)),
-			errhint("Report this: it is a SHA-256 collision."));
+		ereport(ERROR, errcode(ERRCODE_INTERNAL_ERROR), errmsg("pg_idem key id collision"),
+		        errdetail("Scope \"%s\" and another (scope, key) share a key id.",
+		                  text_to_cstring(ref.scope)),
+		        errhint("Report this: it is a SHA-256 collision."));
 	Oid status = DatumGetObjectId(slot_getattr(slot, col_status, &isnull));
 	TimestampTz expires_at = DatumGetTimestampTz(slot_getattr(slot, col_expires_at, &isnull));
-	return expires_at <= now && status != loc.status_in_progress ? Found::expired
-								      : Found::live;
+	return expires_at <= now && status != loc.status_in_progress ? Found::expired : Found::live;
 }
 
 // The insertion half of INSERT ... ON CONFLICT DO NOTHING, with the
@@ -148,7 +147,7 @@ Found classify_holder(const ExtensionObjects &loc, Relation rel, TupleTableSlot 
 // decision. Returns false if a concurrent insert of the same key won the
 // race after our lookup (our tuple is then dead, as in ExecInsert).
 bool insert_speculatively(const ExtensionObjects &loc, Relation rel, const RecordRef &ref,
-			  const NewRecord &record)
+                          const NewRecord &record)
 {
 	EState *estate = CreateExecutorState();
 	ResultRelInfo *rri = makeNode(ResultRelInfo);
@@ -190,8 +189,8 @@ bool insert_speculatively(const ExtensionObjects &loc, Relation rel, const Recor
 		    TupleDescAttr(desc, col_ttl - 1)->atttypid != INTERVALOID ||
 		    TupleDescAttr(desc, col_ttl - 1)->attisdropped)
 			ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-				errmsg("%s lacks the claim columns of pg_idem 0.3", loc.records_name),
-				errhint("Run ALTER EXTENSION pg_idem UPDATE."));
+			        errmsg("%s lacks the claim columns of pg_idem 0.3", loc.records_name),
+			        errhint("Run ALTER EXTENSION pg_idem UPDATE."));
 		if (record.claim_token != NULL)
 			set(col_claim_token, UUIDPGetDatum(record.claim_token));
 		if (record.ttl != NULL)
@@ -240,7 +239,7 @@ void offer_to_cache(Relation rel, TupleTableSlot *slot, const RecordRef &ref, ui
 // counter, read before this lookup), a live record found is offered to the
 // duplicate cache.
 Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, const NewRecord &record,
-		    const uint64 *cache_from = NULL)
+                    const uint64 *cache_from = NULL)
 {
 	Relation rel = table_open(loc.records, RowExclusiveLock);
 	Relation pkey = index_open(loc.records_pkey, RowExclusiveLock);
@@ -272,15 +271,15 @@ Statement *takeover_statement(const ExtensionObjects &loc)
 {
 	Oid types[] = {BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	return statement_for("records:takeover", loc.records, loc.records_name,
-			     "UPDATE %s SET status = 'completed', "
-			     "attempts = attempts OPERATOR(pg_catalog.+) 1, attempt_base = attempts, "
-			     "recorded_at = $2, expires_at = $3, lease_expires_at = NULL, "
-			     "holder_pid = NULL, holder_started_at = NULL, "
-			     "fingerprint = NULL, result = NULL, last_error = NULL "
-			     "WHERE key_id OPERATOR(pg_catalog.=) $1 "
-			     "AND expires_at OPERATOR(pg_catalog.<=) $2 "
-			     "AND status OPERATOR(pg_catalog.<>) 'in_progress'",
-			     3, types);
+	                     "UPDATE %s SET status = 'completed', "
+	                     "attempts = attempts OPERATOR(pg_catalog.+) 1, attempt_base = attempts, "
+	                     "recorded_at = $2, expires_at = $3, lease_expires_at = NULL, "
+	                     "holder_pid = NULL, holder_started_at = NULL, "
+	                     "fingerprint = NULL, result = NULL, last_error = NULL "
+	                     "WHERE key_id OPERATOR(pg_catalog.=) $1 "
+	                     "AND expires_at OPERATOR(pg_catalog.<=) $2 "
+	                     "AND status OPERATOR(pg_catalog.<>) 'in_progress'",
+	                     3, types);
 }
 
 uint64 run(Statement *st, Datum *values)
@@ -296,12 +295,12 @@ uint64 run(Statement *st, Datum *values)
 // Brings an expired record back to life for this claim; false if it was no
 // longer expired (or no longer there) by the time we held its row lock.
 bool take_over_expired(const ExtensionObjects &loc, const RecordRef &ref, TimestampTz now,
-		       TimestampTz expires_at)
+                       TimestampTz expires_at)
 {
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	Datum values[] = {PointerGetDatum(ref.id), TimestampTzGetDatum(now),
-			  TimestampTzGetDatum(expires_at)};
+	                  TimestampTzGetDatum(expires_at)};
 	OwnChange own = cache_own_change_begin(ref.id);
 	bool taken = run(takeover_statement(loc), values) == 1;
 	cache_own_change_end(own);
@@ -321,10 +320,10 @@ RecordRef record_ref(const char *fn, text *scope, text *key)
 {
 	if (scope == NULL)
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: scope must not be null", fn));
+		        errmsg("%s: scope must not be null", fn));
 	if (key == NULL)
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: key must not be null", fn));
+		        errmsg("%s: key must not be null", fn));
 	size_t scope_len = VARSIZE_ANY_EXHDR(scope);
 	size_t key_len = VARSIZE_ANY_EXHDR(key);
 	switch (check_record_key(scope_len, key_len)) {
@@ -332,31 +331,28 @@ RecordRef record_ref(const char *fn, text *scope, text *key)
 		break;
 	case KeyCheck::empty_scope:
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: scope must not be empty", fn));
+		        errmsg("%s: scope must not be empty", fn));
 		break;
 	case KeyCheck::scope_too_long:
-		ereport(ERROR, errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-			errmsg("%s: scope is too long", fn),
-			errdetail("The scope has %zu bytes; the limit is %zu.", scope_len,
-				  max_scope_bytes));
+		ereport(
+		    ERROR, errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED), errmsg("%s: scope is too long", fn),
+		    errdetail("The scope has %zu bytes; the limit is %zu.", scope_len, max_scope_bytes));
 		break;
 	case KeyCheck::empty_key:
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: key must not be empty", fn));
+		        errmsg("%s: key must not be empty", fn));
 		break;
 	case KeyCheck::key_too_long:
-		ereport(ERROR, errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-			errmsg("%s: key is too long", fn),
-			errdetail("The key has %zu bytes; the limit is %zu.", key_len,
-				  max_key_bytes),
-			errhint("Derive a shorter key from the message, such as a digest of "
-				"its identifying fields."));
+		ereport(ERROR, errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED), errmsg("%s: key is too long", fn),
+		        errdetail("The key has %zu bytes; the limit is %zu.", key_len, max_key_bytes),
+		        errhint("Derive a shorter key from the message, such as a digest of "
+		                "its identifying fields."));
 		break;
 	}
 
 	bytea *id = static_cast<bytea *>(palloc(VARHDRSZ + max_key_id_bytes));
 	size_t id_len = record_key_id(VARDATA_ANY(scope), scope_len, VARDATA_ANY(key), key_len,
-				      reinterpret_cast<uint8_t *>(VARDATA(id)));
+	                              reinterpret_cast<uint8_t *>(VARDATA(id)));
 	SET_VARSIZE(id, VARHDRSZ + id_len);
 	return RecordRef{scope, key, id};
 }
@@ -385,7 +381,7 @@ void records_offer_to_cache(const RecordRef &ref, TimestampTz now, uint64 genera
 }
 
 bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at,
-			CacheAnswer *cache)
+                        CacheAnswer *cache)
 {
 	const ExtensionObjects &loc = extension_objects();
 	*cache = CacheAnswer::unused;

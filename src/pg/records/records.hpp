@@ -8,7 +8,8 @@ extern "C" {
 #include "utils/uuid.h"
 }
 
-namespace idem {
+namespace idem
+{
 
 struct ExtensionObjects;
 
@@ -30,12 +31,12 @@ struct NewRecord {
 	TimestampTz recorded_at;
 	TimestampTz expires_at;
 	TimestampTz lease_expires_at; // 0: none
-	int holder_pid;		      // 0: none
+	int holder_pid;               // 0: none
 	TimestampTz holder_started_at;
 	text *fingerprint; // NULL: none
 	// Columns of pg_idem 0.3's claims; both NULL for other records.
 	const pg_uuid_t *claim_token; // NULL: none
-	const Interval *ttl;	      // NULL: the scope's
+	const Interval *ttl;          // NULL: the scope's
 };
 
 // Inserts the record unless the key already has one, with the semantics of
@@ -52,7 +53,7 @@ enum class CacheAnswer { unused, hit, miss };
 // transaction this call waited for); true when this transaction now owns it.
 // Asks the duplicate cache first, and offers it the duplicates it finds.
 bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at,
-			CacheAnswer *cache);
+                        CacheAnswer *cache);
 
 // Offers the duplicate cache the record of ref's key, if it is live at
 // `now`: for idem_begin, which has read and row-locked it (SELECT ... FOR

@@ -9,7 +9,8 @@ extern "C" {
 #include "pg/extension_objects.hpp"
 #include "pg/records/records_layout.hpp"
 
-namespace idem {
+namespace idem
+{
 
 bool records_layout_as_installed(TupleDesc desc, const ExtensionObjects &loc)
 {
@@ -30,7 +31,7 @@ bool records_layout_as_installed(TupleDesc desc, const ExtensionObjects &loc)
 	    {"last_error", TEXTOID},
 	};
 	static_assert(sizeof columns / sizeof columns[0] == col_last_error,
-		      "every column of RecordColumn");
+	              "every column of RecordColumn");
 	return leading_columns_as_installed(desc, columns, col_last_error);
 }
 

@@ -9,7 +9,8 @@ extern "C" {
 #include "access/tupdesc.h"
 }
 
-namespace idem {
+namespace idem
+{
 
 struct ExtensionObjects;
 

@@ -23,16 +23,15 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_try_insert)
 {
 	static const char fn[] = "idem_try_insert";
 	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
-					       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
+	                                       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
 	idem::check_scope(fn, caller, ref.scope);
 	// The record is written below SQL, so the checks a plain INSERT gets
 	// from the executor are made here.
 	PreventCommandIfReadOnly(fn);
 	PreventCommandDuringRecovery(fn);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
-	TimestampTz expires_at =
-	    idem::record_expiry(fn, now, PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2),
-				idem::scope_settings(ref.scope));
+	TimestampTz expires_at = idem::record_expiry(
+	    fn, now, PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2), idem::scope_settings(ref.scope));
 	idem::CacheAnswer cache;
 	bool first = idem::records_try_insert(ref, now, expires_at, &cache);
 	idem::StatsDelta delta;

@@ -35,9 +35,11 @@ extern "C" {
 
 #include <cstring>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 // How PUBLIC is stored: no role can be named "public".
 constexpr char public_grantee[] = "public";
@@ -59,7 +61,10 @@ constexpr long max_cached_answers = 10000;
 
 // Invalidation callbacks may not touch catalogs: mark the cache stale, and
 // drop it at the next lookup.
-void forget_all(Datum, int, uint32) { cache_stale = true; }
+void forget_all(Datum, int, uint32)
+{
+	cache_stale = true;
+}
 
 HTAB *answers()
 {
@@ -75,8 +80,8 @@ HTAB *answers()
 		ctl.keysize = sizeof(GrantKey);
 		ctl.entrysize = sizeof(CachedAnswer);
 		ctl.hcxt = CacheMemoryContext;
-		cache = hash_create("pg_idem scope grants", 64, &ctl,
-				    HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+		cache =
+		    hash_create("pg_idem scope grants", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 		cache_stale = false;
 		cache_generation = extension_objects_generation();
 	}
@@ -92,13 +97,12 @@ bool read_and_decide(const ExtensionObjects &objects, Oid role, const char *name
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	Oid types[] = {TEXTOID};
-	Statement *st = statement_for("grants:select", objects.scope_grants,
-				      objects.scope_grants_name,
-				      "SELECT grantee FROM %s WHERE scope OPERATOR(pg_catalog.=) $1",
-				      1, types);
+	Statement *st =
+	    statement_for("grants:select", objects.scope_grants, objects.scope_grants_name,
+	                  "SELECT grantee FROM %s WHERE scope OPERATOR(pg_catalog.=) $1", 1, types);
 	Datum values[] = {PointerGetDatum(cstring_to_text_with_len(name, int(len)))};
 	int rc = SPI_execute_snapshot(st->plan, values, NULL, GetLatestSnapshot(), InvalidSnapshot,
-				      true, false, 0);
+	                              true, false, 0);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
 	bool allowed = false;
@@ -153,8 +157,8 @@ bool may_use_scope(Oid role, const char *name, size_t len)
 	if (found)
 		return entry->allowed;
 
-	bool allowed = has_privs_of_role(role, objects.owner) ||
-		       read_and_decide(objects, role, name, len);
+	bool allowed =
+	    has_privs_of_role(role, objects.owner) || read_and_decide(objects, role, name, len);
 	// Reading may have processed invalidations: answers() drops what they
 	// made stale before this answer, which is current, goes in.
 	HTAB *htab = answers();
@@ -169,9 +173,9 @@ void check_scope(const char *fn, Oid role, const text *name, const char *what)
 	if (may_use_scope(role, VARDATA_ANY(name), len))
 		return;
 	ereport(ERROR, errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-		errmsg("%s: role \"%s\" may not use %s \"%s\"", fn, GetUserNameFromId(role, false),
-		       what, text_to_cstring(name)),
-		errhint("The owner of pg_idem grants a %s with idem_grant(%s, role).", what, what));
+	        errmsg("%s: role \"%s\" may not use %s \"%s\"", fn, GetUserNameFromId(role, false),
+	               what, text_to_cstring(name)),
+	        errhint("The owner of pg_idem grants a %s with idem_grant(%s, role).", what, what));
 }
 
 void scope_grants_register_callbacks()
@@ -183,7 +187,8 @@ void scope_grants_register_callbacks()
 
 } // namespace idem
 
-namespace {
+namespace
+{
 
 // The scope argument of idem_grant and idem_revoke, checked as every
 // function checks a scope.
@@ -191,17 +196,16 @@ text *scope_arg(const char *fn, FunctionCallInfo fcinfo)
 {
 	if (PG_ARGISNULL(0))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: scope must not be null", fn));
+		        errmsg("%s: scope must not be null", fn));
 	text *scope = PG_GETARG_TEXT_PP(0);
 	size_t len = VARSIZE_ANY_EXHDR(scope);
 	if (len == 0)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: scope must not be empty", fn));
+		        errmsg("%s: scope must not be empty", fn));
 	if (len > idem::max_scope_bytes)
-		ereport(ERROR, errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-			errmsg("%s: scope is too long", fn),
-			errdetail("The scope has %zu bytes; the limit is %zu.", len,
-				  idem::max_scope_bytes));
+		ereport(
+		    ERROR, errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED), errmsg("%s: scope is too long", fn),
+		    errdetail("The scope has %zu bytes; the limit is %zu.", len, idem::max_scope_bytes));
 	return scope;
 }
 
@@ -211,8 +215,8 @@ text *grantee_arg(const char *fn, FunctionCallInfo fcinfo, bool must_exist)
 {
 	if (PG_ARGISNULL(1))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: role must not be null", fn),
-			errhint("Name a role, or PUBLIC for every role."));
+		        errmsg("%s: role must not be null", fn),
+		        errhint("Name a role, or PUBLIC for every role."));
 	char *role = text_to_cstring(PG_GETARG_TEXT_PP(1));
 	if (pg_strcasecmp(role, "public") == 0)
 		return cstring_to_text("public");
@@ -226,10 +230,10 @@ void check_may_grant(const char *fn, Oid caller)
 {
 	if (!idem::may_use_every_scope(caller))
 		ereport(ERROR, errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			errmsg("%s: only the owner of pg_idem may grant or revoke scopes", fn),
-			errdetail("Role \"%s\" does not have the privileges of role \"%s\".",
-				  GetUserNameFromId(caller, false),
-				  GetUserNameFromId(idem::extension_objects().owner, false)));
+		        errmsg("%s: only the owner of pg_idem may grant or revoke scopes", fn),
+		        errdetail("Role \"%s\" does not have the privileges of role \"%s\".",
+		                  GetUserNameFromId(caller, false),
+		                  GetUserNameFromId(idem::extension_objects().owner, false)));
 }
 
 const idem::ExtensionObjects &objects_with_grants(const char *fn)
@@ -237,22 +241,21 @@ const idem::ExtensionObjects &objects_with_grants(const char *fn)
 	const idem::ExtensionObjects &objects = idem::extension_objects();
 	if (!OidIsValid(objects.scope_grants))
 		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			errmsg("%s: this database has the SQL of pg_idem 0.2 or older", fn),
-			errhint("Run ALTER EXTENSION pg_idem UPDATE."));
+		        errmsg("%s: this database has the SQL of pg_idem 0.2 or older", fn),
+		        errhint("Run ALTER EXTENSION pg_idem UPDATE."));
 	return objects;
 }
 
-uint64 change_grants(const char *signature, const char *sql, text *scope, text *grantee,
-		     Oid caller)
+uint64 change_grants(const char *signature, const char *sql, text *scope, text *grantee, Oid caller)
 {
 	const idem::ExtensionObjects &objects = idem::extension_objects();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	Oid types[] = {TEXTOID, TEXTOID, TEXTOID};
 	idem::Statement *st = idem::statement_for(signature, objects.scope_grants,
-						  objects.scope_grants_name, sql, 3, types);
+	                                          objects.scope_grants_name, sql, 3, types);
 	Datum values[] = {PointerGetDatum(scope), PointerGetDatum(grantee),
-			  PointerGetDatum(cstring_to_text(GetUserNameFromId(caller, false)))};
+	                  PointerGetDatum(cstring_to_text(GetUserNameFromId(caller, false)))};
 	int rc = SPI_execute_plan(st->plan, values, NULL, false, 0);
 	if (rc < 0)
 		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
@@ -273,9 +276,9 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_grant)
 	check_may_grant(fn, caller);
 	PreventCommandIfReadOnly(fn);
 	uint64 n = change_grants("grants:insert",
-				 "INSERT INTO %s (scope, grantee, granted_by, granted_at) "
-				 "VALUES ($1, $2, $3, pg_catalog.now()) ON CONFLICT DO NOTHING",
-				 scope, grantee, caller);
+	                         "INSERT INTO %s (scope, grantee, granted_by, granted_at) "
+	                         "VALUES ($1, $2, $3, pg_catalog.now()) ON CONFLICT DO NOTHING",
+	                         scope, grantee, caller);
 	PG_RETURN_BOOL(n > 0);
 }
 
@@ -290,9 +293,9 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_revoke)
 	check_may_grant(fn, caller);
 	PreventCommandIfReadOnly(fn);
 	uint64 n = change_grants("grants:delete",
-				 "DELETE FROM %s WHERE scope OPERATOR(pg_catalog.=) $1 "
-				 "AND grantee OPERATOR(pg_catalog.=) $2 AND $3 IS NOT NULL",
-				 scope, grantee, caller);
+	                         "DELETE FROM %s WHERE scope OPERATOR(pg_catalog.=) $1 "
+	                         "AND grantee OPERATOR(pg_catalog.=) $2 AND $3 IS NOT NULL",
+	                         scope, grantee, caller);
 	PG_RETURN_BOOL(n > 0);
 }
 
@@ -313,7 +316,7 @@ IDEM_SQL_FUNCTION(idem_scope_grants_changed)
 {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR, errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
-			errmsg("idem_scope_grants_changed: not called as a trigger"));
+		        errmsg("idem_scope_grants_changed: not called as a trigger"));
 	TriggerData *trigger = reinterpret_cast<TriggerData *>(fcinfo->context);
 	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigger->tg_relation));
 	return PointerGetDatum(NULL);
@@ -328,6 +331,6 @@ IDEM_SQL_FUNCTION(idem_scope_usable_by)
 	if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
 		PG_RETURN_NULL();
 	text *scope = PG_GETARG_TEXT_PP(0);
-	PG_RETURN_BOOL(idem::may_use_scope(PG_GETARG_OID(1), VARDATA_ANY(scope),
-					   VARSIZE_ANY_EXHDR(scope)));
+	PG_RETURN_BOOL(
+	    idem::may_use_scope(PG_GETARG_OID(1), VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope)));
 }

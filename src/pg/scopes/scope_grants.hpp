@@ -13,7 +13,8 @@
 
 #include <cstddef>
 
-namespace idem {
+namespace idem
+{
 
 // Whether `role` may use every scope: a superuser, or a role with the
 // privileges of the extension's owner.

@@ -43,9 +43,11 @@ extern "C" {
 
 #include <cstring>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 struct CachedScope {
 	char scope[max_scope_bytes + 1]; // hash key (text has no NUL bytes)
@@ -91,20 +93,21 @@ Statement *settings_statement(const ExtensionObjects &objects)
 	Oid types[] = {TEXTOID, INT8OID};
 	if (!objects.scopes_by_signature) // 0.2's SQL or older: a regprocedure
 		return statement_for("scopes:select:0.2", objects.scopes, objects.scopes_name,
-				     "SELECT ttl, lease, max_attempts, on_fingerprint_mismatch, "
-				     "reconcile_function, takeover_on_disconnect, configured_by "
-				     "FROM %s WHERE scope OPERATOR(pg_catalog.=) $1 AND $2 IS NOT NULL",
-				     2, types);
-	return statement_for("scopes:select", objects.scopes, objects.scopes_name,
-			     "SELECT ttl, lease, max_attempts, on_fingerprint_mismatch, "
-			     "CASE WHEN reconcile_function IS NULL THEN NULL "
-			     "WHEN reconcile_bound_in OPERATOR(pg_catalog.=) $2 "
-			     "THEN reconcile_function_oid "
-			     "ELSE COALESCE(pg_catalog.to_regprocedure(reconcile_function)::pg_catalog.oid, "
-			     "0) END, "
-			     "takeover_on_disconnect, configured_by "
-			     "FROM %s WHERE scope OPERATOR(pg_catalog.=) $1",
-			     2, types);
+		                     "SELECT ttl, lease, max_attempts, on_fingerprint_mismatch, "
+		                     "reconcile_function, takeover_on_disconnect, configured_by "
+		                     "FROM %s WHERE scope OPERATOR(pg_catalog.=) $1 AND $2 IS NOT NULL",
+		                     2, types);
+	return statement_for(
+	    "scopes:select", objects.scopes, objects.scopes_name,
+	    "SELECT ttl, lease, max_attempts, on_fingerprint_mismatch, "
+	    "CASE WHEN reconcile_function IS NULL THEN NULL "
+	    "WHEN reconcile_bound_in OPERATOR(pg_catalog.=) $2 "
+	    "THEN reconcile_function_oid "
+	    "ELSE COALESCE(pg_catalog.to_regprocedure(reconcile_function)::pg_catalog.oid, "
+	    "0) END, "
+	    "takeover_on_disconnect, configured_by "
+	    "FROM %s WHERE scope OPERATOR(pg_catalog.=) $1",
+	    2, types);
 }
 
 ScopeSettings read_settings(const ExtensionObjects &objects, text *scope)
@@ -122,7 +125,7 @@ ScopeSettings read_settings(const ExtensionObjects &objects, text *scope)
 	// settings that a commit since its start replaced.
 	Datum values[] = {PointerGetDatum(scope), Int64GetDatum(int64(GetSystemIdentifier()))};
 	int rc = SPI_execute_snapshot(settings_statement(objects)->plan, values, NULL,
-				      GetLatestSnapshot(), InvalidSnapshot, true, false, 1);
+	                              GetLatestSnapshot(), InvalidSnapshot, true, false, 1);
 	if (rc != SPI_OK_SELECT)
 		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
 	if (SPI_processed == 1) {
@@ -191,25 +194,25 @@ void check_positive_interval(const char *fn, const char *what, Interval *interva
 	// is positive from some dates and not from others (it is -1 day from
 	// February 1), and a record must never be born expired.
 	bool positive = interval->month >= 0 && interval->day >= 0 && interval->time >= 0 &&
-			(interval->month > 0 || interval->day > 0 || interval->time > 0);
+	                (interval->month > 0 || interval->day > 0 || interval->time > 0);
 	if (!positive)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: %s must be positive", fn, what),
-			errdetail("The %s given was %s.", what,
-				  DatumGetCString(
-				      DirectFunctionCall1(interval_out, IntervalPGetDatum(interval)))),
-			errhint("Its months, days and time must each be zero or more."));
+		        errmsg("%s: %s must be positive", fn, what),
+		        errdetail("The %s given was %s.", what,
+		                  DatumGetCString(
+		                      DirectFunctionCall1(interval_out, IntervalPGetDatum(interval)))),
+		        errhint("Its months, days and time must each be zero or more."));
 	// Far beyond any use, and so that now + it stays a timestamp.
 	if (interval_microseconds(interval) > max_interval_microseconds)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: %s must be at most %d years", fn, what, max_interval_years),
-			errdetail("The %s given was %s.", what,
-				  DatumGetCString(
-				      DirectFunctionCall1(interval_out, IntervalPGetDatum(interval)))));
+		        errmsg("%s: %s must be at most %d years", fn, what, max_interval_years),
+		        errdetail("The %s given was %s.", what,
+		                  DatumGetCString(
+		                      DirectFunctionCall1(interval_out, IntervalPGetDatum(interval)))));
 }
 
 TimestampTz record_expiry(const char *fn, TimestampTz now, Interval *call_ttl,
-			  const ScopeSettings &settings)
+                          const ScopeSettings &settings)
 {
 	Interval *ttl = call_ttl;
 	if (ttl != NULL)
@@ -218,9 +221,8 @@ TimestampTz record_expiry(const char *fn, TimestampTz now, Interval *call_ttl,
 		ttl = const_cast<Interval *>(&settings.ttl);
 	else
 		return now + int64(default_ttl_seconds) * USECS_PER_SEC;
-	return DatumGetTimestampTz(DirectFunctionCall2(timestamptz_pl_interval,
-						       TimestampTzGetDatum(now),
-						       IntervalPGetDatum(ttl)));
+	return DatumGetTimestampTz(DirectFunctionCall2(
+	    timestamptz_pl_interval, TimestampTzGetDatum(now), IntervalPGetDatum(ttl)));
 }
 
 Interval scope_ttl(const ScopeSettings &settings)
@@ -240,32 +242,34 @@ void bind_reconcile_functions_here(const ExtensionObjects &objects)
 		return;
 	Oid types[] = {INT8OID};
 	Datum values[] = {Int64GetDatum(int64(GetSystemIdentifier()))};
-	Statement *unbound = statement_for(
-	    "scopes:unbound", objects.scopes, objects.scopes_name,
-	    "SELECT 1 FROM %s WHERE reconcile_function IS NOT NULL "
-	    "AND (reconcile_bound_in IS NULL "
-	    "OR reconcile_bound_in OPERATOR(pg_catalog.<>) $1) LIMIT 1",
-	    1, types);
+	Statement *unbound = statement_for("scopes:unbound", objects.scopes, objects.scopes_name,
+	                                   "SELECT 1 FROM %s WHERE reconcile_function IS NOT NULL "
+	                                   "AND (reconcile_bound_in IS NULL "
+	                                   "OR reconcile_bound_in OPERATOR(pg_catalog.<>) $1) LIMIT 1",
+	                                   1, types);
 	if (SPI_execute_plan(unbound->plan, values, NULL, true, 1) != SPI_OK_SELECT)
 		elog(ERROR, "pg_idem: reading idem_scopes failed");
 	if (SPI_processed == 0)
 		return;
-	Statement *bind = statement_for(
-	    "scopes:bind", objects.scopes, objects.scopes_name,
-	    "UPDATE %s SET reconcile_function_oid = "
-	    "pg_catalog.to_regprocedure(reconcile_function)::pg_catalog.oid, "
-	    "reconcile_bound_in = $1 "
-	    "WHERE reconcile_function IS NOT NULL AND (reconcile_bound_in IS NULL "
-	    "OR reconcile_bound_in OPERATOR(pg_catalog.<>) $1) "
-	    "AND pg_catalog.to_regprocedure(reconcile_function) IS NOT NULL",
-	    1, types);
+	Statement *bind =
+	    statement_for("scopes:bind", objects.scopes, objects.scopes_name,
+	                  "UPDATE %s SET reconcile_function_oid = "
+	                  "pg_catalog.to_regprocedure(reconcile_function)::pg_catalog.oid, "
+	                  "reconcile_bound_in = $1 "
+	                  "WHERE reconcile_function IS NOT NULL AND (reconcile_bound_in IS NULL "
+	                  "OR reconcile_bound_in OPERATOR(pg_catalog.<>) $1) "
+	                  "AND pg_catalog.to_regprocedure(reconcile_function) IS NOT NULL",
+	                  1, types);
 	if (SPI_execute_plan(bind->plan, values, NULL, false, 0) != SPI_OK_UPDATE)
 		elog(ERROR, "pg_idem: binding reconciliation functions failed");
 	if (SPI_processed > 0)
 		CacheInvalidateRelcacheByRelid(objects.scopes);
 }
 
-void scopes_register_callbacks() { on_relation_invalidation(mark_stale); }
+void scopes_register_callbacks()
+{
+	on_relation_invalidation(mark_stale);
+}
 
 bool reconcile_function_fits(Oid func)
 {
@@ -274,13 +278,14 @@ bool reconcile_function_fits(Oid func)
 		return false;
 	Form_pg_proc proc = reinterpret_cast<Form_pg_proc>(GETSTRUCT(tuple));
 	bool ok = proc->prokind == PROKIND_FUNCTION && !proc->proretset &&
-		  proc->prorettype == BOOLOID && proc->pronargs == 2 &&
-		  proc->proargtypes.values[0] == TEXTOID && proc->proargtypes.values[1] == TEXTOID;
+	          proc->prorettype == BOOLOID && proc->pronargs == 2 &&
+	          proc->proargtypes.values[0] == TEXTOID && proc->proargtypes.values[1] == TEXTOID;
 	ReleaseSysCache(tuple);
 	return ok;
 }
 
-namespace {
+namespace
+{
 
 Oid function_owner(Oid func)
 {
@@ -301,7 +306,8 @@ bool reconciler_runs_safely_as(Oid func, Oid role)
 	       has_privs_of_role(owner, role);
 }
 
-namespace {
+namespace
+{
 
 // A reconciliation function must be fn(scope text, key text) RETURNS boolean,
 // the configuring role must be allowed to call it, and its owner must not
@@ -310,24 +316,24 @@ void check_reconcile_function(const char *fn, Oid func, Oid role)
 {
 	if (!reconcile_function_fits(func))
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: reconciliation function %s has the wrong signature", fn,
-			       format_procedure(func)),
-			errhint("It must be a function (scope text, key text) RETURNS boolean that "
-				"says whether the effect happened."));
+		        errmsg("%s: reconciliation function %s has the wrong signature", fn,
+		               format_procedure(func)),
+		        errhint("It must be a function (scope text, key text) RETURNS boolean that "
+		                "says whether the effect happened."));
 	if (object_aclcheck(ProcedureRelationId, func, role, ACL_EXECUTE) != ACLCHECK_OK)
 		ereport(ERROR, errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			errmsg("%s: permission denied for function %s", fn, format_procedure(func)));
+		        errmsg("%s: permission denied for function %s", fn, format_procedure(func)));
 	if (!reconciler_runs_safely_as(func, role))
 		ereport(ERROR, errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			errmsg("%s: reconciliation function %s is owned by role \"%s\", which does "
-			       "not have the privileges of role \"%s\"",
-			       fn, format_procedure(func), GetUserNameFromId(function_owner(func), false),
-			       GetUserNameFromId(role, false)),
-			errdetail("The function runs as the role that configures the scope, and its "
-				  "owner can change its body at any time."),
-			errhint("Configure the scope as the function's owner, or give the function "
-				"to a role that has the privileges of \"%s\".",
-				GetUserNameFromId(role, false)));
+		        errmsg("%s: reconciliation function %s is owned by role \"%s\", which does "
+		               "not have the privileges of role \"%s\"",
+		               fn, format_procedure(func), GetUserNameFromId(function_owner(func), false),
+		               GetUserNameFromId(role, false)),
+		        errdetail("The function runs as the role that configures the scope, and its "
+		                  "owner can change its body at any time."),
+		        errhint("Configure the scope as the function's owner, or give the function "
+		                "to a role that has the privileges of \"%s\".",
+		                GetUserNameFromId(role, false)));
 }
 
 } // namespace
@@ -349,13 +355,13 @@ IDEM_SQL_FUNCTION(idem_configure)
 		idem::check_positive_interval(fn, "lease", PG_GETARG_INTERVAL_P(2));
 	if (!PG_ARGISNULL(3) && PG_GETARG_INT32(3) < 1)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: max_attempts must be at least 1", fn));
+		        errmsg("%s: max_attempts must be at least 1", fn));
 	if (!PG_ARGISNULL(4)) {
 		char *policy = text_to_cstring(PG_GETARG_TEXT_PP(4));
 		if (strcmp(policy, "error") != 0 && strcmp(policy, "status") != 0)
 			ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("%s: on_fingerprint_mismatch must be 'error' or 'status'", fn),
-				errdetail("The value given was \"%s\".", policy));
+			        errmsg("%s: on_fingerprint_mismatch must be 'error' or 'status'", fn),
+			        errdetail("The value given was \"%s\".", policy));
 	}
 	// The role that configures the scope is the one its reconciliation
 	// function will run as: the current user, which is the role whose code
@@ -368,21 +374,21 @@ IDEM_SQL_FUNCTION(idem_configure)
 	// Under pg_idem 0.1's SQL the function is still SECURITY DEFINER, and
 	// the current user would be its owner: refuse until the update.
 	HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(fcinfo->flinfo->fn_oid));
-	bool definer = HeapTupleIsValid(proc) &&
-		       reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc))->prosecdef;
+	bool definer =
+	    HeapTupleIsValid(proc) && reinterpret_cast<Form_pg_proc>(GETSTRUCT(proc))->prosecdef;
 	if (HeapTupleIsValid(proc))
 		ReleaseSysCache(proc);
 	if (definer)
 		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			errmsg("%s: this database has pg_idem 0.1's SQL objects", fn),
-			errhint("Run ALTER EXTENSION pg_idem UPDATE."));
+		        errmsg("%s: this database has pg_idem 0.1's SQL objects", fn),
+		        errhint("Run ALTER EXTENSION pg_idem UPDATE."));
 	const idem::ExtensionObjects &objects = idem::extension_objects();
 	if (!objects.scopes_by_signature)
 		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			errmsg("%s: this database has the SQL of pg_idem 0.2 or older, and the "
-			       "library is 0.3",
-			       fn),
-			errhint("Run ALTER EXTENSION pg_idem UPDATE."));
+		        errmsg("%s: this database has the SQL of pg_idem 0.2 or older, and the "
+		               "library is 0.3",
+		               fn),
+		        errhint("Run ALTER EXTENSION pg_idem UPDATE."));
 	if (!PG_ARGISNULL(5))
 		idem::check_reconcile_function(fn, PG_GETARG_OID(5), configured_by);
 
@@ -396,31 +402,31 @@ IDEM_SQL_FUNCTION(idem_configure)
 	int caller_context;
 	GetUserIdAndSecContext(&caller, &caller_context);
 	SetUserIdAndSecContext(owner, caller_context | SECURITY_LOCAL_USERID_CHANGE |
-					  SECURITY_RESTRICTED_OPERATION);
+	                                  SECURITY_RESTRICTED_OPERATION);
 	// A scope is configured only by a role that may use it (read as the
 	// owner, who may read its grants).
 	idem::check_scope(fn, configured_by, scope);
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
-	char *sql = psprintf(
-	    "INSERT INTO %s AS s (scope, ttl, lease, max_attempts, on_fingerprint_mismatch, "
-	    "reconcile_function, takeover_on_disconnect, configured_by, configured_at, "
-	    "reconcile_function_oid, reconcile_bound_in) "
-	    "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, pg_catalog.now(), $9, $10) "
-	    "ON CONFLICT (scope) DO UPDATE SET ttl = EXCLUDED.ttl, lease = EXCLUDED.lease, "
-	    "max_attempts = EXCLUDED.max_attempts, "
-	    "on_fingerprint_mismatch = EXCLUDED.on_fingerprint_mismatch, "
-	    "reconcile_function = EXCLUDED.reconcile_function, "
-	    "takeover_on_disconnect = EXCLUDED.takeover_on_disconnect, "
-	    "configured_by = EXCLUDED.configured_by, configured_at = EXCLUDED.configured_at, "
-	    "reconcile_function_oid = EXCLUDED.reconcile_function_oid, "
-	    "reconcile_bound_in = EXCLUDED.reconcile_bound_in "
-	    "RETURNING s.*",
-	    objects.scopes_name);
+	char *sql =
+	    psprintf("INSERT INTO %s AS s (scope, ttl, lease, max_attempts, on_fingerprint_mismatch, "
+	             "reconcile_function, takeover_on_disconnect, configured_by, configured_at, "
+	             "reconcile_function_oid, reconcile_bound_in) "
+	             "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, pg_catalog.now(), $9, $10) "
+	             "ON CONFLICT (scope) DO UPDATE SET ttl = EXCLUDED.ttl, lease = EXCLUDED.lease, "
+	             "max_attempts = EXCLUDED.max_attempts, "
+	             "on_fingerprint_mismatch = EXCLUDED.on_fingerprint_mismatch, "
+	             "reconcile_function = EXCLUDED.reconcile_function, "
+	             "takeover_on_disconnect = EXCLUDED.takeover_on_disconnect, "
+	             "configured_by = EXCLUDED.configured_by, configured_at = EXCLUDED.configured_at, "
+	             "reconcile_function_oid = EXCLUDED.reconcile_function_oid, "
+	             "reconcile_bound_in = EXCLUDED.reconcile_bound_in "
+	             "RETURNING s.*",
+	             objects.scopes_name);
 	// The function by its signature, which survives pg_upgrade, and by the
 	// OID it has in this cluster (see bind_reconcile_functions_here).
-	Oid types[] = {TEXTOID, INTERVALOID, INTERVALOID, INT4OID, TEXTOID, TEXTOID,
-		       BOOLOID, REGROLEOID, OIDOID, INT8OID};
+	Oid types[] = {TEXTOID, INTERVALOID, INTERVALOID, INT4OID, TEXTOID,
+	               TEXTOID, BOOLOID,     REGROLEOID,  OIDOID,  INT8OID};
 	Datum values[10];
 	char nulls[10];
 	for (int i = 0; i < 7; i++) {

@@ -8,7 +8,8 @@ extern "C" {
 #include "datatype/timestamp.h"
 }
 
-namespace idem {
+namespace idem
+{
 
 struct ScopeSettings {
 	bool has_ttl;
@@ -18,7 +19,7 @@ struct ScopeSettings {
 	int max_attempts;
 	bool mismatch_is_error;
 	bool takeover_on_disconnect;
-	bool has_reconciler;	// one is configured
+	bool has_reconciler;    // one is configured
 	Oid reconcile_function; // it, InvalidOid if no function has its signature
 	Oid configured_by;
 };
@@ -28,7 +29,7 @@ ScopeSettings scope_settings(text *scope);
 
 // now + the record TTL: the call's, else the scope's, else the default.
 TimestampTz record_expiry(const char *fn, TimestampTz now, Interval *call_ttl,
-			  const ScopeSettings &settings);
+                          const ScopeSettings &settings);
 
 // The scope's record TTL, else the default, as an interval: what a record
 // that asked for none of its own lives (records keep a claim's own ttl, and

@@ -94,9 +94,11 @@ extern "C" {
 #include <cstring>
 #include <unistd.h>
 
-namespace idem {
+namespace idem
+{
 
-namespace {
+namespace
+{
 
 constexpr const char tranche_name[] = "pg_idem stats";
 constexpr const char file_path[] = PGSTAT_STAT_PERMANENT_DIRECTORY "/pg_idem_stats.stat";
@@ -145,12 +147,12 @@ struct FileHeader {
 
 struct SharedStats {
 	LWLock *lock;
-	int scopes;			 // entries with a scope
-	int others;			 // "other" entries of a database
+	int scopes;                  // entries with a scope
+	int others;                  // "other" entries of a database
 	pg_atomic_uint32 generation; // bumped by every reset
-	int slots;			 // backend slots, one per backend number
-	Size slot_size;			 // the slots are slot_size apart
-	Entry all_databases;		 // the last resort, dbid InvalidOid
+	int slots;                   // backend slots, one per backend number
+	Size slot_size;              // the slots are slot_size apart
+	Entry all_databases;         // the last resort, dbid InvalidOid
 };
 
 // The scopes a backend slot holds; a backend that counts more in turn moves
@@ -166,7 +168,7 @@ struct SlotScope {
 struct BackendSlot {
 	uint32 changecount; // odd while the owner writes
 	uint32 generation;  // shared->generation when its counts began
-	int used;	    // scopes[0 .. used) hold counts
+	int used;           // scopes[0 .. used) hold counts
 	SlotScope scopes[slot_scopes];
 };
 
@@ -184,11 +186,20 @@ struct OwnSlot {
 };
 OwnSlot own = {NULL, 0, 0, {}};
 
-long table_size() { return long(stats_max_scopes) + max_other_entries; }
+long table_size()
+{
+	return long(stats_max_scopes) + max_other_entries;
+}
 
-Size slot_size() { return CACHELINEALIGN(sizeof(BackendSlot)); }
+Size slot_size()
+{
+	return CACHELINEALIGN(sizeof(BackendSlot));
+}
 
-BackendSlot *slot_at(int i) { return reinterpret_cast<BackendSlot *>(slots_area + Size(i) * shared->slot_size); }
+BackendSlot *slot_at(int i)
+{
+	return reinterpret_cast<BackendSlot *>(slots_area + Size(i) * shared->slot_size);
+}
 
 void make_key(Key *key, Oid dbid, const char *scope, size_t len)
 {
@@ -418,8 +429,7 @@ void copy_slot(const BackendSlot *slot, BackendSlot *out, bool alone)
 
 // Under EXCLUSIVE, or alone: calls add_to(routed key, counts) for every
 // scope of every slot of the current generation.
-template <typename Add>
-void for_each_slot_scope(bool alone, Add add_to)
+template <typename Add> void for_each_slot_scope(bool alone, Add add_to)
 {
 	uint32 gen = pg_atomic_read_u32(&shared->generation);
 	BackendSlot copy;
@@ -479,24 +489,23 @@ void load_file()
 	if (file == NULL) {
 		if (errno != ENOENT)
 			ereport(LOG, errcode_for_file_access(),
-				errmsg("pg_idem: could not read file \"%s\": %m", file_path));
+			        errmsg("pg_idem: could not read file \"%s\": %m", file_path));
 		return;
 	}
 	FileHeader header;
 	bool ok = fread(&header, sizeof header, 1, file) == 1 && header.magic == file_magic &&
-		  header.format == file_format && header.counters == uint32(stat_counters) &&
-		  header.entry_size == uint32(sizeof(Counts)) && header.entries >= 0;
+	          header.format == file_format && header.counters == uint32(stat_counters) &&
+	          header.entry_size == uint32(sizeof(Counts)) && header.entries >= 0;
 	for (int32 i = 0; ok && i < header.entries; i++) {
 		Counts loaded;
-		ok = fread(&loaded, sizeof loaded, 1, file) == 1 &&
-		     loaded.key.scope_len <= max_scope_bytes;
+		ok = fread(&loaded, sizeof loaded, 1, file) == 1 && loaded.key.scope_len <= max_scope_bytes;
 		if (ok)
 			merge_loaded(loaded);
 	}
 	FreeFile(file);
 	if (!ok) {
 		ereport(LOG, errmsg("pg_idem: ignoring invalid data in file \"%s\"", file_path),
-			errdetail("The pg_idem statistics start at zero."));
+		        errdetail("The pg_idem statistics start at zero."));
 		clear_table();
 	}
 	unlink(file_path);
@@ -506,7 +515,7 @@ bool write_entries(FILE *file)
 {
 	bool with_all = any_counts(shared->all_databases.counts);
 	FileHeader header = {file_magic, file_format, uint32(stat_counters), uint32(sizeof(Counts)),
-			     int32(hash_get_num_entries(table) + (with_all ? 1 : 0))};
+	                     int32(hash_get_num_entries(table) + (with_all ? 1 : 0))};
 	if (fwrite(&header, sizeof header, 1, file) != 1)
 		return false;
 	HASH_SEQ_STATUS seq;
@@ -550,7 +559,7 @@ void write_file(int code, Datum)
 	if (!ok) {
 		errno = saved_errno;
 		ereport(LOG, errcode_for_file_access(),
-			errmsg("pg_idem: could not write file \"%s\": %m", temp_path));
+		        errmsg("pg_idem: could not write file \"%s\": %m", temp_path));
 		unlink(temp_path);
 		return;
 	}
@@ -561,10 +570,10 @@ void require_preloaded(const char *fn)
 {
 	if (shared == NULL)
 		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			errmsg("%s: pg_idem statistics are off", fn),
-			errdetail("They are kept in shared memory, which pg_idem only has when "
-				  "it is loaded by shared_preload_libraries."),
-			errhint("Add pg_idem to shared_preload_libraries and restart the server."));
+		        errmsg("%s: pg_idem statistics are off", fn),
+		        errdetail("They are kept in shared memory, which pg_idem only has when "
+		                  "it is loaded by shared_preload_libraries."),
+		        errhint("Add pg_idem to shared_preload_libraries and restart the server."));
 }
 
 } // namespace
@@ -592,8 +601,8 @@ void stats_init_shmem()
 	own.slot = NULL;
 	bool found;
 	LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
-	SharedStats *s = static_cast<SharedStats *>(
-	    ShmemInitStruct("pg_idem stats", sizeof(SharedStats), &found));
+	SharedStats *s =
+	    static_cast<SharedStats *>(ShmemInitStruct("pg_idem stats", sizeof(SharedStats), &found));
 	if (!found) {
 		s->lock = &(GetNamedLWLockTranche(tranche_name))->lock;
 		s->scopes = 0;
@@ -609,10 +618,10 @@ void stats_init_shmem()
 	info.keysize = sizeof(Key);
 	info.entrysize = sizeof(Entry);
 	table = ShmemInitHash("pg_idem stats hash", table_size(), table_size(), &info,
-			      HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
-	char *area = static_cast<char *>(ShmemInitStruct(
-	    "pg_idem stats backends", mul_size(Size(s->slots), s->slot_size) + PG_CACHE_LINE_SIZE,
-	    &found));
+	                      HASH_ELEM | HASH_BLOBS | HASH_FIXED_SIZE);
+	char *area = static_cast<char *>(
+	    ShmemInitStruct("pg_idem stats backends",
+	                    mul_size(Size(s->slots), s->slot_size) + PG_CACHE_LINE_SIZE, &found));
 	slots_area = reinterpret_cast<char *>(CACHELINEALIGN(area));
 	if (!found)
 		memset(slots_area, 0, mul_size(Size(s->slots), s->slot_size));
@@ -625,7 +634,10 @@ void stats_init_shmem()
 		load_file();
 }
 
-bool stats_enabled() { return shared != NULL; }
+bool stats_enabled()
+{
+	return shared != NULL;
+}
 
 void stats_add(const text *scope, const StatsDelta &delta)
 {
@@ -644,7 +656,10 @@ void stats_count(const text *scope, StatCounter counter, int64 n)
 	add(MyDatabaseId, VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope), delta.n);
 }
 
-void stats_tally_init(StatsTally *tally) { tally->used = 0; }
+void stats_tally_init(StatsTally *tally)
+{
+	tally->used = 0;
+}
 
 void stats_tally_add(StatsTally *tally, const text *scope, StatCounter counter, int64 n)
 {
@@ -705,8 +720,8 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_stats)
 	info.keysize = sizeof(Key);
 	info.entrysize = sizeof(RowOfKey);
 	info.hcxt = CurrentMemoryContext;
-	HTAB *row_of = hash_create("idem_stats rows", used, &info,
-				   HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+	HTAB *row_of =
+	    hash_create("idem_stats rows", used, &info, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
 	for (long r = 0; r < used; r++)
 		static_cast<RowOfKey *>(hash_search(row_of, &rows[r].key, HASH_ENTER, NULL))->row = r;
 	for_each_slot_scope(false, [&](const Key &routed, const int64 *counts) {
@@ -723,9 +738,8 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_stats)
 	bool every_scope = may_use_every_scope(caller);
 	for (long r = 0; r < used; r++) {
 		const Counts &row = rows[r];
-		if (!every_scope &&
-		    (row.key.dbid != MyDatabaseId || row.key.scope_len == 0 ||
-		     !may_use_scope(caller, row.key.scope, row.key.scope_len)))
+		if (!every_scope && (row.key.dbid != MyDatabaseId || row.key.scope_len == 0 ||
+		                     !may_use_scope(caller, row.key.scope, row.key.scope_len)))
 			continue;
 		Datum values[3 + stat_counters];
 		bool nulls[3 + stat_counters];
@@ -733,8 +747,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_stats)
 		values[0] = ObjectIdGetDatum(row.key.dbid);
 		nulls[0] = row.key.dbid == InvalidOid;
 		if (row.key.scope_len > 0)
-			values[1] = PointerGetDatum(
-			    cstring_to_text_with_len(row.key.scope, row.key.scope_len));
+			values[1] = PointerGetDatum(cstring_to_text_with_len(row.key.scope, row.key.scope_len));
 		else
 			nulls[1] = true;
 		for (int i = 0; i < stat_counters; i++)
@@ -753,9 +766,9 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_stats_reset)
 	require_preloaded("idem_stats_reset");
 	if (!may_use_every_scope(caller))
 		ereport(ERROR, errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-			errmsg("idem_stats_reset: role \"%s\" may not reset the counters of every scope",
-			       GetUserNameFromId(caller, false)),
-			errhint("Only the owner of pg_idem, or a superuser, resets idem_stats."));
+		        errmsg("idem_stats_reset: role \"%s\" may not reset the counters of every scope",
+		               GetUserNameFromId(caller, false)),
+		        errhint("Only the owner of pg_idem, or a superuser, resets idem_stats."));
 	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
 	clear_table();
 	// Every slot's counts are of the old generation now (file header).

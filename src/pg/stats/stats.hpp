@@ -5,19 +5,20 @@
 // postgres.h.
 #pragma once
 
-namespace idem {
+namespace idem
+{
 
 // The counters of one (database, scope). The order is that of the
 // columns of idem_stats, and of the counters in the stats file.
 enum StatCounter {
-	stat_claims,	   // idem_try_insert true, idem_begin acquired (takeovers too)
+	stat_claims,       // idem_try_insert true, idem_begin acquired (takeovers too)
 	stat_duplicates,   // idem_try_insert false, idem_begin completed
 	stat_in_progress,  // idem_begin in_progress
-	stat_takeovers,	   // idem_begin acquired a claim whose holder lost its lease
+	stat_takeovers,    // idem_begin acquired a claim whose holder lost its lease
 	stat_completions,  // idem_complete
-	stat_failures,	   // idem_fail
+	stat_failures,     // idem_fail
 	stat_dead_letters, // claims that became dead (idem_fail, idem_begin, idem_reconcile)
-	stat_purged,	   // records deleted by idem_purge or the purge worker
+	stat_purged,       // records deleted by idem_purge or the purge worker
 	stat_reconciled,   // claims idem_reconcile settled (completed, failed or dead)
 	stat_cache_hits,   // idem_try_insert or idem_begin answered by the duplicate cache
 	stat_cache_misses, // idem_try_insert or idem_begin asked the cache, which could not answer

@@ -20,7 +20,8 @@ extern "C" {
 #include "pg/plan_cache.hpp"
 #include "pg/user_tables/user_table.hpp"
 
-namespace {
+namespace
+{
 
 struct InsertInfo {
 	int ncolumns;
@@ -67,10 +68,10 @@ IDEM_SQL_FUNCTION(idem_try_insert_row)
 	static const char fn[] = "idem_try_insert_row";
 	if (PG_ARGISNULL(0))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: target must not be null", fn));
+		        errmsg("%s: target must not be null", fn));
 	if (PG_ARGISNULL(1))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: row must not be null", fn));
+		        errmsg("%s: row must not be null", fn));
 	Oid relid = PG_GETARG_OID(0);
 	idem::JsonFields row = idem::json_object_fields(fn, "row", PG_GETARG_JSONB_P(1));
 

@@ -22,7 +22,8 @@ extern "C" {
 
 #include <cstring>
 
-namespace idem {
+namespace idem
+{
 
 void lock_target_table(const char *fn, Oid relid)
 {
@@ -30,11 +31,11 @@ void lock_target_table(const char *fn, Oid relid)
 	char relkind = get_rel_relkind(relid);
 	if (relkind == '\0')
 		ereport(ERROR, errcode(ERRCODE_UNDEFINED_TABLE),
-			errmsg("%s: relation with OID %u does not exist", fn, relid));
+		        errmsg("%s: relation with OID %u does not exist", fn, relid));
 	if (relkind != RELKIND_RELATION && relkind != RELKIND_PARTITIONED_TABLE)
 		ereport(ERROR, errcode(ERRCODE_WRONG_OBJECT_TYPE),
-			errmsg("%s: \"%s\" is not a table", fn, get_rel_name(relid)),
-			errdetail("Only ordinary and partitioned tables can be targets."));
+		        errmsg("%s: \"%s\" is not a table", fn, get_rel_name(relid)),
+		        errdetail("Only ordinary and partitioned tables can be targets."));
 	Oid schema = get_rel_namespace(relid);
 	if (object_aclcheck(NamespaceRelationId, schema, GetUserId(), ACL_USAGE) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_SCHEMA, get_namespace_name(schema));
@@ -44,9 +45,9 @@ JsonFields json_object_fields(const char *fn, const char *argname, Jsonb *json)
 {
 	if (!JB_ROOT_IS_OBJECT(json))
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: %s must be a JSON object", fn, argname),
-			errhint("Give an object whose keys are column names, such as "
-				"'{\"order_id\": 42}'."));
+		        errmsg("%s: %s must be a JSON object", fn, argname),
+		        errhint("Give an object whose keys are column names, such as "
+		                "'{\"order_id\": 42}'."));
 
 	JsonFields fields;
 	int capacity = JB_ROOT_COUNT(json);
@@ -69,7 +70,7 @@ JsonFields json_object_fields(const char *fn, const char *argname, Jsonb *json)
 }
 
 void describe_column(const char *fn, Relation rel, const char *name, TargetColumn *col,
-		     MemoryContext cxt)
+                     MemoryContext cxt)
 {
 	TupleDesc desc = RelationGetDescr(rel);
 	for (int i = 0; i < desc->natts; i++) {
@@ -90,11 +91,12 @@ void describe_column(const char *fn, Relation rel, const char *name, TargetColum
 		return;
 	}
 	ereport(ERROR, errcode(ERRCODE_UNDEFINED_COLUMN),
-		errmsg("%s: column \"%s\" of relation \"%s\" does not exist", fn, name,
-		       RelationGetRelationName(rel)));
+	        errmsg("%s: column \"%s\" of relation \"%s\" does not exist", fn, name,
+	               RelationGetRelationName(rel)));
 }
 
-namespace {
+namespace
+{
 
 // The text a column's input function is given for a JSON value: JSON text
 // for json and jsonb columns, the plain scalar otherwise.
@@ -125,7 +127,7 @@ char *json_value_text(const JsonbValue *value, const TargetColumn *col)
 } // namespace
 
 Datum json_to_column(const char *fn, Oid relid, const TargetColumn *col, const JsonbValue *value,
-		     bool *isnull)
+                     bool *isnull)
 {
 	// JSON null is SQL NULL; the input function still sees it, so that a
 	// domain's NOT NULL constraint is enforced.
@@ -150,10 +152,10 @@ Datum json_to_column(const char *fn, Oid relid, const TargetColumn *col, const J
 		ErrorData *error = CopyErrorData();
 		FlushErrorState();
 		ereport(ERROR, errcode(error->sqlerrcode),
-			errmsg("%s: column \"%s\" of relation \"%s\": %s", fn, col->name,
-			       get_rel_name(relid), error->message),
-			error->detail ? errdetail_internal("%s", error->detail) : 0,
-			error->hint ? errhint("%s", error->hint) : 0);
+		        errmsg("%s: column \"%s\" of relation \"%s\": %s", fn, col->name,
+		               get_rel_name(relid), error->message),
+		        error->detail ? errdetail_internal("%s", error->detail) : 0,
+		        error->hint ? errhint("%s", error->hint) : 0);
 	}
 	PG_END_TRY();
 	return result;
@@ -175,7 +177,7 @@ void append_signature(StringInfo sig, const char *tag, Oid relid, const JsonFiel
 char *qualified_table_name(Relation rel)
 {
 	return quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-					  RelationGetRelationName(rel));
+	                                  RelationGetRelationName(rel));
 }
 
 } // namespace idem

@@ -9,7 +9,8 @@ extern "C" {
 #include "utils/relcache.h"
 }
 
-namespace idem {
+namespace idem
+{
 
 // A column a JSON value is converted into.
 struct TargetColumn {
@@ -17,7 +18,7 @@ struct TargetColumn {
 	AttrNumber attnum;
 	Oid type;
 	int32 typmod;
-	bool is_json;	 // json or jsonb (or a domain over one): takes JSON text
+	bool is_json;    // json or jsonb (or a domain over one): takes JSON text
 	bool is_integer; // smallint, integer or bigint (or a domain over one)
 	Oid ioparam;
 	FmgrInfo input;
@@ -46,12 +47,12 @@ JsonFields json_object_fields(const char *fn, const char *argname, Jsonb *json);
 // Describes the column `name` of `rel` into `col`, allocating in `cxt`.
 // Unknown, dropped and system columns are 42703.
 void describe_column(const char *fn, Relation rel, const char *name, TargetColumn *col,
-		     MemoryContext cxt);
+                     MemoryContext cxt);
 
 // Converts a JSON value to the column's type with the type's input function,
 // so typmods and domain constraints apply. A failure names the column.
 Datum json_to_column(const char *fn, Oid relid, const TargetColumn *col, const JsonbValue *value,
-		     bool *isnull);
+                     bool *isnull);
 
 // Builds a cache signature: a tag, the relation, and a list of names.
 void append_signature(StringInfo sig, const char *tag, Oid relid, const JsonFields &fields);

@@ -56,7 +56,8 @@ extern "C" {
 
 #include <cstring>
 
-namespace {
+namespace
+{
 
 struct UpdateInfo {
 	int nchanges;
@@ -93,11 +94,11 @@ bool covers_unique_index(Relation rel, Bitmapset *key_attnums)
 		Relation index = index_open(lfirst_oid(lc), AccessShareLock);
 		Form_pg_index form = index->rd_index;
 		bool usable = form->indisunique && form->indimmediate && form->indisvalid &&
-			      form->indislive && RelationGetIndexPredicate(index) == NIL &&
-			      RelationGetIndexExpressions(index) == NIL;
+		              form->indislive && RelationGetIndexPredicate(index) == NIL &&
+		              RelationGetIndexExpressions(index) == NIL;
 		for (int i = 0; usable && i < form->indnkeyatts; i++)
 			usable = bms_is_member(form->indkey.values[i], key_attnums) &&
-				 enforces_equality(rel, index, i);
+			         enforces_equality(rel, index, i);
 		index_close(index, AccessShareLock);
 		covered = usable;
 		if (covered)
@@ -115,26 +116,26 @@ char *qualified_operator(Oid opr)
 		elog(ERROR, "cache lookup failed for operator %u", opr);
 	Form_pg_operator form = reinterpret_cast<Form_pg_operator>(GETSTRUCT(tuple));
 	char *name = psprintf("%s.%s", quote_identifier(get_namespace_name(form->oprnamespace)),
-			      NameStr(form->oprname));
+	                      NameStr(form->oprname));
 	ReleaseSysCache(tuple);
 	return name;
 }
 
 // "col OPERATOR(schema.=) $n"
 void append_key_condition(const char *fn, StringInfo sql, Relation rel,
-			  const idem::TargetColumn *col, int param)
+                          const idem::TargetColumn *col, int param)
 {
 	TypeCacheEntry *tc = lookup_type_cache(col->type, TYPECACHE_EQ_OPR);
 	if (!OidIsValid(tc->eq_opr))
 		ereport(ERROR, errcode(ERRCODE_UNDEFINED_FUNCTION),
-			errmsg("%s: key column \"%s\" of relation \"%s\" has no equality operator",
-			       fn, col->name, RelationGetRelationName(rel)));
+		        errmsg("%s: key column \"%s\" of relation \"%s\" has no equality operator", fn,
+		               col->name, RelationGetRelationName(rel)));
 	appendStringInfo(sql, "%s OPERATOR(%s) $%d", quote_identifier(col->name),
-			 qualified_operator(tc->eq_opr), param);
+	                 qualified_operator(tc->eq_opr), param);
 }
 
 idem::TargetColumn *describe_all(const char *fn, Relation rel, const idem::JsonFields &fields,
-				 MemoryContext cxt)
+                                 MemoryContext cxt)
 {
 	idem::TargetColumn *cols = static_cast<idem::TargetColumn *>(
 	    MemoryContextAlloc(cxt, sizeof(idem::TargetColumn) * (fields.count + 1)));
@@ -145,7 +146,7 @@ idem::TargetColumn *describe_all(const char *fn, Relation rel, const idem::JsonF
 
 // Parameters: $1..$c the changes, $c+1 the expected version, then the keys.
 void build_update(const char *fn, idem::Statement *st, Oid relid, const char *version_column,
-		  const idem::JsonFields &key, const idem::JsonFields &changes)
+                  const idem::JsonFields &key, const idem::JsonFields &changes)
 {
 	Relation rel = table_open(relid, AccessShareLock);
 	const char *relname = RelationGetRelationName(rel);
@@ -154,10 +155,10 @@ void build_update(const char *fn, idem::Statement *st, Oid relid, const char *ve
 	idem::describe_column(fn, rel, version_column, &version, CurrentMemoryContext);
 	if (version.type != INT2OID && version.type != INT4OID && version.type != INT8OID)
 		ereport(ERROR, errcode(ERRCODE_DATATYPE_MISMATCH),
-			errmsg("%s: version column \"%s\" of relation \"%s\" must be smallint, "
-			       "integer or bigint",
-			       fn, version_column, relname),
-			errdetail("It is of type %s.", format_type_be(version.type)));
+		        errmsg("%s: version column \"%s\" of relation \"%s\" must be smallint, "
+		               "integer or bigint",
+		               fn, version_column, relname),
+		        errdetail("It is of type %s.", format_type_be(version.type)));
 
 	UpdateInfo *info = static_cast<UpdateInfo *>(MemoryContextAlloc(st->context, sizeof *info));
 	info->version_column = MemoryContextStrdup(st->context, version_column);
@@ -175,27 +176,27 @@ void build_update(const char *fn, idem::Statement *st, Oid relid, const char *ve
 	StringInfoData sql;
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "UPDATE %s%s SET ", info->only ? "ONLY " : "",
-			 idem::qualified_table_name(rel));
+	                 idem::qualified_table_name(rel));
 	for (int i = 0; i < changes.count; i++) {
 		if (info->changes[i].attnum == version.attnum)
-			ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("%s: changes must not set the version column \"%s\"", fn,
-				       version_column),
-				errhint("The version is set to expected_version + 1 by the update "
-					"itself."));
+			ereport(
+			    ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			    errmsg("%s: changes must not set the version column \"%s\"", fn, version_column),
+			    errhint("The version is set to expected_version + 1 by the update "
+			            "itself."));
 		types[i] = info->changes[i].type;
 		appendStringInfo(&sql, "%s = $%d, ", quote_identifier(info->changes[i].name), i + 1);
 	}
 	appendStringInfo(&sql, "%s = %s OPERATOR(pg_catalog.+) 1 WHERE ",
-			 quote_identifier(version_column), quote_identifier(version_column));
+	                 quote_identifier(version_column), quote_identifier(version_column));
 
 	Bitmapset *key_attnums = NULL;
 	for (int i = 0; i < key.count; i++) {
 		if (info->keys[i].attnum == version.attnum)
-			ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-				errmsg("%s: key must not include the version column \"%s\"", fn,
-				       version_column),
-				errhint("Pass the version as expected_version."));
+			ereport(
+			    ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			    errmsg("%s: key must not include the version column \"%s\"", fn, version_column),
+			    errhint("Pass the version as expected_version."));
 		key_attnums = bms_add_member(key_attnums, info->keys[i].attnum);
 		types[version_param + i] = info->keys[i].type;
 		append_key_condition(fn, &sql, rel, &info->keys[i], version_param + 1 + i);
@@ -203,13 +204,12 @@ void build_update(const char *fn, idem::Statement *st, Oid relid, const char *ve
 	}
 	if (!covers_unique_index(rel, key_attnums))
 		ereport(ERROR, errcode(ERRCODE_INVALID_COLUMN_REFERENCE),
-			errmsg("%s: key does not cover a unique index of relation \"%s\"", fn,
-			       relname),
-			errhint("Give every column of the primary key or of a unique index (not "
-				"deferrable, with the columns' own collation and equality), so "
-				"that the key names at most one row."));
+		        errmsg("%s: key does not cover a unique index of relation \"%s\"", fn, relname),
+		        errhint("Give every column of the primary key or of a unique index (not "
+		                "deferrable, with the columns' own collation and equality), so "
+		                "that the key names at most one row."));
 	appendStringInfo(&sql, "%s OPERATOR(pg_catalog.=) $%d", quote_identifier(version_column),
-			 version_param);
+	                 version_param);
 	table_close(rel, NoLock);
 
 	st->info = info;
@@ -218,16 +218,16 @@ void build_update(const char *fn, idem::Statement *st, Oid relid, const char *ve
 
 // SELECT version FROM [ONLY] target WHERE <key columns> = $1.. [FOR NO KEY
 // UPDATE]: the follow-up of a miss.
-void build_version_read(const char *fn, idem::Statement *st, Oid relid,
-			const UpdateInfo *update, bool lock)
+void build_version_read(const char *fn, idem::Statement *st, Oid relid, const UpdateInfo *update,
+                        bool lock)
 {
 	Relation rel = table_open(relid, AccessShareLock);
 	Oid *types = static_cast<Oid *>(palloc(sizeof(Oid) * (update->nkeys + 1)));
 	StringInfoData sql;
 	initStringInfo(&sql);
 	appendStringInfo(&sql, "SELECT CAST(%s AS pg_catalog.int8) FROM %s%s WHERE ",
-			 quote_identifier(update->version_column), update->only ? "ONLY " : "",
-			 idem::qualified_table_name(rel));
+	                 quote_identifier(update->version_column), update->only ? "ONLY " : "",
+	                 idem::qualified_table_name(rel));
 	for (int i = 0; i < update->nkeys; i++) {
 		types[i] = update->keys[i].type;
 		if (i > 0)
@@ -244,7 +244,7 @@ void build_version_read(const char *fn, idem::Statement *st, Oid relid,
 // plainly or under a lock. `sig` is the update's signature, whose first
 // byte becomes the read's own.
 int64 read_version(const char *fn, StringInfo sig, Oid relid, const UpdateInfo *update,
-		   Datum *key_values, char *key_nulls, bool lock, bool *exists)
+                   Datum *key_values, char *key_nulls, bool lock, bool *exists)
 {
 	sig->data[0] = lock ? 'y' : 'x'; // "xersion:...", "yersion:..."
 	idem::Statement *read = idem::statement_lookup(sig->data, sig->len, relid);
@@ -260,11 +260,11 @@ int64 read_version(const char *fn, StringInfo sig, Oid relid, const UpdateInfo *
 	int64 version =
 	    DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (isnull)
-		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			errmsg("%s: the version column \"%s\" of the row is null", fn,
-			       update->version_column),
-			errdetail("A row without a version cannot take a versioned update; nothing "
-				  "was changed."));
+		ereport(
+		    ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+		    errmsg("%s: the version column \"%s\" of the row is null", fn, update->version_column),
+		    errdetail("A row without a version cannot take a versioned update; nothing "
+		              "was changed."));
 	return version;
 }
 
@@ -274,11 +274,11 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 {
 	static const char fn[] = "idem_versioned_update";
 	static const char *const argnames[] = {"target", "key", "expected_version", "changes",
-					       "version_column"};
+	                                       "version_column"};
 	for (int i = 0; i < 5; i++)
 		if (PG_ARGISNULL(i))
 			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				errmsg("%s: %s must not be null", fn, argnames[i]));
+			        errmsg("%s: %s must not be null", fn, argnames[i]));
 
 	Oid relid = PG_GETARG_OID(0);
 	idem::JsonFields key = idem::json_object_fields(fn, "key", PG_GETARG_JSONB_P(1));
@@ -287,7 +287,7 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 	const char *version_column = NameStr(*PG_GETARG_NAME(4));
 	if (key.count == 0)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-			errmsg("%s: key must name at least one column", fn));
+		        errmsg("%s: key must name at least one column", fn));
 
 	idem::lock_target_table(fn, relid);
 
@@ -310,8 +310,7 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 	char *nulls = static_cast<char *>(palloc(nargs));
 	for (int i = 0; i < changes.count; i++) {
 		bool isnull;
-		values[i] = idem::json_to_column(fn, relid, &info->changes[i], &changes.values[i],
-						 &isnull);
+		values[i] = idem::json_to_column(fn, relid, &info->changes[i], &changes.values[i], &isnull);
 		nulls[i] = isnull ? 'n' : ' ';
 	}
 	values[changes.count] = Int64GetDatum(expected_version);
@@ -323,7 +322,7 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 		key_values[i] = idem::json_to_column(fn, relid, &info->keys[i], &key.values[i], &isnull);
 		if (isnull)
 			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-				errmsg("%s: key column \"%s\" must not be null", fn, key.names[i]));
+			        errmsg("%s: key column \"%s\" must not be null", fn, key.names[i]));
 		key_nulls[i] = ' ';
 	}
 
@@ -340,11 +339,9 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 	// never wait on, or deadlock with, one another. Otherwise the row is
 	// locked, waiting for a writer in flight, and its version read again.
 	bool row_exists;
-	int64 version = read_version(fn, &sig, relid, info, key_values, key_nulls, false,
-				     &row_exists);
+	int64 version = read_version(fn, &sig, relid, info, key_values, key_nulls, false, &row_exists);
 	if (row_exists && version <= expected_version)
-		version = read_version(fn, &sig, relid, info, key_values, key_nulls, true,
-				       &row_exists);
+		version = read_version(fn, &sig, relid, info, key_values, key_nulls, true, &row_exists);
 	if (!row_exists) {
 		SPI_finish();
 		PG_RETURN_NULL();
@@ -355,12 +352,11 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 	}
 	if (version < expected_version)
 		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-			errmsg("%s: the row is at version %lld, before the expected version %lld", fn,
-			       static_cast<long long>(version),
-			       static_cast<long long>(expected_version)),
-			errdetail("The message builds on a change that has not been applied yet; "
-				  "nothing was changed."),
-			errhint("Retry the message after the earlier ones."));
+		        errmsg("%s: the row is at version %lld, before the expected version %lld", fn,
+		               static_cast<long long>(version), static_cast<long long>(expected_version)),
+		        errdetail("The message builds on a change that has not been applied yet; "
+		                  "nothing was changed."),
+		        errhint("Retry the message after the earlier ones."));
 
 	// At the expected version now, and locked by us: once more.
 	rc = SPI_execute_plan(update->plan, values, nulls, false, 0);

@@ -50,7 +50,8 @@ install_packages() {
 	case $codename in
 	# clang: the JIT bitcode of Debian's 15 (its PGXS wants clang-14 and
 	# llvm-14) and the reliability suite's libFuzzer target (libclang-rt).
-	bookworm) wanted="build-essential clang-14 llvm-14 libclang-rt-14-dev" ;;
+	# clang-format-14: make lintcheck, the format the tree is kept in.
+	bookworm) wanted="build-essential clang-14 llvm-14 libclang-rt-14-dev clang-format-14" ;;
 	# The Debian 13 chroot (scripts/servers 17): clang-19 and llvm-19 for
 	# its PGXS's JIT bitcode (pg_make leaves the bitcode out without them)
 	# and libFuzzer.

@@ -70,6 +70,14 @@ endif
 ifeq ($(filter $(PG_MAJOR),$(SUPPORTED_MAJORS)),)
 $(error pg_idem supports PostgreSQL $(SUPPORTED_MAJORS); $(PG_CONFIG) is PostgreSQL $(PG_MAJOR))
 endif
+# Objects built for one PostgreSQL are never linked for another (`make
+# install PG_CONFIG=...` for 15, then for 17, in one tree): .pg_config
+# names the server the objects are built for, and is rewritten, newer than
+# every object, when PG_CONFIG names another.
+PG_BUILD_ID := $(shell $(PG_CONFIG) --version) at $(shell $(PG_CONFIG) --includedir-server)
+ifneq ($(PG_BUILD_ID),$(shell cat .pg_config 2>/dev/null))
+$(shell echo '$(PG_BUILD_ID)' >.pg_config)
+endif
 IDEM_CXXFLAGS = -std=c++17 -Wall -Wextra -Werror -Wno-unused-parameter -Wno-missing-field-initializers
 # PostgreSQL 15 headers use `register`, which C++17 removed.
 PG_IDEM_HEADER_FLAGS = -Wno-register
@@ -129,5 +137,6 @@ unittest: test/unit/run_unit_tests
 	test/unit/run_unit_tests
 
 -include $(OBJS:.o=.d)
+$(OBJS) $(OBJS:.o=.bc): .pg_config
 
-EXTRA_CLEAN = test/unit/run_unit_tests $(EXTENSION)--$(EXTVERSION).sql $(OBJS:.o=.d)
+EXTRA_CLEAN = .pg_config test/unit/run_unit_tests $(EXTENSION)--$(EXTVERSION).sql $(OBJS:.o=.d)

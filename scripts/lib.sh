@@ -134,7 +134,7 @@ build_and_install() {
 copy_tree() {
 	mkdir -p "$1"
 	rsync -a --delete --exclude .git --exclude node_modules --exclude '*.o' --exclude '*.bc' \
-		--exclude '*.so' --exclude '*.d' --exclude '/pg_idem--*.sql' --exclude results/ \
+		--exclude '*.so' --exclude '*.d' --exclude /.pg_config --exclude '/pg_idem--*.sql' --exclude results/ \
 		--exclude output_iso/ --exclude tmp_check/ --exclude 'regression.*' \
 		--exclude test/unit/run_unit_tests --exclude __pycache__ \
 		"$_pg_idem_scripts/../" "$1/"

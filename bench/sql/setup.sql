@@ -12,6 +12,39 @@ LANGUAGE sql IMMUTABLE STRICT AS $$ SELECT ((k % 10007) * 7919 % 10000 + 1)::int
 CREATE FUNCTION bench.msg_points(k bigint) RETURNS int
 LANGUAGE sql IMMUTABLE STRICT AS $$ SELECT (k % 10 + 1)::int $$;
 
+-- The user of order k in stream "batch": like msg_user a function of the
+-- order, but scattered at random over the 10,000 users, so that the new
+-- orders of one batch are for the same user about as often as random picks
+-- would be (about 32 pairs in a batch of 800 new orders, one in 3 batches of
+-- 80, one in 360 batches of 8). msg_user gives a client's consecutive orders
+-- distinct users: there a batch whose points were not added up per user
+-- would go unnoticed.
+CREATE FUNCTION bench.batch_user(k bigint) RETURNS int
+LANGUAGE sql IMMUTABLE STRICT AS $$ SELECT abs(hashint8(k) % 10000) + 1 $$;
+
+-- Stream "batch" (bench/patterns/_batch.sql): one batch of messages as the
+-- arrays a consumer would be handed, in arrival order (order k adds
+-- msg_points(k) points to user batch_user(k)). A client's batch holds
+-- its nn new orders first_seq .. first_seq + nn - 1 (order base + seq * nc +
+-- client, as in stream "msg") and nr redeliveries, each of an order picked at
+-- random among the client's orders 0 .. first_seq + nn - 1: mostly orders of
+-- earlier batches, now and then one of this batch (so a batch may hold the
+-- same order twice, new or not). The order of the messages is shuffled too.
+-- seed makes it random; the same arguments give the same batch, so it is
+-- IMMUTABLE and, returning a set, inlined into the calling statement.
+CREATE FUNCTION bench.batch(base bigint, nc int, client int, first_seq bigint, nn int,
+                            nr int, seed bigint)
+RETURNS TABLE (k bigint[], u int[], n int[])
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT array_agg(o ORDER BY h), array_agg(bench.batch_user(o) ORDER BY h),
+           array_agg(bench.msg_points(o) ORDER BY h)
+    FROM (SELECT base + s * nc + client AS o, hashint8extended(i, seed) AS h
+          FROM generate_series(1, nn + nr) i,
+               LATERAL (SELECT CASE WHEN i <= nn THEN first_seq + i - 1
+                        ELSE abs(hashint8extended(i, seed + 1) % (first_seq + nn))
+                        END AS s) pick) m
+$$;
+
 -- The amount stream "ver" adds to user u at version v (bench/patterns/_ver.sql).
 CREATE FUNCTION bench.ver_points(u int, v bigint) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT AS $$ SELECT (u * 31 + v) % 10 + 1 $$;
@@ -91,17 +124,27 @@ END $$;
 --              (or, for 'version', the version) say it must be;
 --   bad_rows:  recorded orders that contradict their message (a points_log
 --              row with another user or amount; a Redis key not SUCCESS).
+--   applied:   how many balance updates the processed orders call for: one
+--              per order; for a batch pattern (stream "batch", batch_new new
+--              orders per transaction, nc clients, each run's orders in its
+--              own span of ids), one per distinct user among the new orders
+--              of each batch (the batch's UPDATE adds a user's points up).
 -- A run passes when bad_users = bad_rows = 0 and, over the run, the increase
--- of updates equals the increase of processed: one balance update per newly
--- recorded order, none for a duplicate. (Kind 'keys', for the patterns that
--- only record keys: processed counts the pattern's keys, and bench/run checks
--- that a run of new keys added one per transaction and a run of duplicates
--- none.) (A duplicate applied twice, a record
--- written without its update or the other way round, a stale version applied:
--- each breaks one of these.)
+-- of updates equals the increase of applied: one balance update per newly
+-- recorded order (per user and batch), none for a duplicate. (Kind 'keys',
+-- for the patterns that only record keys: processed counts the pattern's
+-- keys, and bench/run checks that a run of new keys added one per
+-- transaction and a run of duplicates none. For a batch run, bench/run also
+-- checks that processed grew by exactly the new orders its committed batches
+-- sent.) (A duplicate applied twice, a record written without its update or
+-- the other way round, a stale version applied, two orders of one user in a
+-- batch applied as one: each breaks one of these.)
 CREATE FUNCTION bench.check(kind text, sch text, scope text,
+                            batch_new int DEFAULT NULL, nc int DEFAULT NULL,
+                            span bigint DEFAULT NULL,
                             OUT processed bigint, OUT updates bigint,
-                            OUT bad_users bigint, OUT bad_rows bigint)
+                            OUT bad_users bigint, OUT bad_rows bigint,
+                            OUT applied bigint)
 LANGUAGE plpgsql AS $$
 BEGIN
     SELECT coalesce(t.n_tup_upd, 0) INTO updates
@@ -113,6 +156,7 @@ BEGIN
         SELECT (SELECT count(*) FROM public.consumed c WHERE c.scope = $3)
              + (SELECT count(*) FROM public.idem_records r WHERE r.scope = $3)
         INTO processed;
+        applied := processed;
         RETURN;
     END IF;
     IF kind = 'version' THEN
@@ -123,27 +167,40 @@ BEGIN
                        FROM generate_series(0, u.version - 1) v))
             FROM %I.users u $q$, sch)
         INTO processed, bad_users;
+        applied := processed;
         RETURN;
     END IF;
 
+    -- Each processed order with its user: stream "batch" has its own.
     CREATE TEMP TABLE pg_temp.done ON COMMIT DROP AS
-        SELECT p.k FROM bench.processed(kind, sch, scope) p;
+        SELECT p.k, CASE WHEN batch_new IS NULL THEN bench.msg_user(p.k)
+                         ELSE bench.batch_user(p.k) END AS u
+        FROM bench.processed(kind, sch, scope) p;
     SELECT count(*) INTO processed FROM pg_temp.done;
+    IF batch_new IS NULL THEN
+        applied := processed;
+    ELSE
+        -- Order k is new in batch (k % span / nc) / batch_new of client
+        -- k % nc in run k / span.
+        SELECT count(*) INTO applied
+        FROM (SELECT DISTINCT d.k / span, d.k % nc, d.k % span / nc / batch_new, d.u
+              FROM pg_temp.done d) per_batch_user;
+    END IF;
     EXECUTE format($q$
         WITH expected AS (
-            SELECT bench.msg_user(k) AS id, sum(bench.msg_points(k)) AS points
+            SELECT u AS id, sum(bench.msg_points(k)) AS points
             FROM pg_temp.done GROUP BY 1)
         SELECT count(*) FROM %I.users u LEFT JOIN expected e USING (id)
         WHERE u.points <> coalesce(e.points, 0) $q$, sch)
     INTO bad_users;
     -- Orders for users that do not exist would escape the join above.
-    bad_users := bad_users + (SELECT count(*) FROM pg_temp.done
-                              WHERE bench.msg_user(k) NOT BETWEEN 1 AND 10000);
+    bad_users := bad_users + (SELECT count(*) FROM pg_temp.done d
+                              WHERE d.u NOT BETWEEN 1 AND 10000);
     IF kind = 'log' THEN
+        -- (done holds every order_id of points_log.)
         EXECUTE format($q$
-            SELECT count(*) FROM %I.points_log
-            WHERE user_id <> bench.msg_user(order_id)
-               OR points <> bench.msg_points(order_id) $q$, sch)
+            SELECT count(*) FROM %I.points_log l JOIN pg_temp.done d ON d.k = l.order_id
+            WHERE l.user_id <> d.u OR l.points <> bench.msg_points(l.order_id) $q$, sch)
         INTO bad_rows;
     ELSIF kind = 'redis' THEN
         SELECT count(*) INTO bad_rows FROM bench.redis_dump d

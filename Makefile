@@ -22,6 +22,7 @@ OBJS = $(CORE_OBJS) \
 	src/pg/records/records.o \
 	src/pg/records/records_layout.o \
 	src/pg/records/try_insert.o \
+	src/pg/records/try_insert_many.o \
 	src/pg/records/operator_tools.o \
 	src/pg/scopes/scopes.o \
 	src/pg/scopes/scope_grants.o \

@@ -109,6 +109,17 @@ RETURNS @extschema@.idem_claim
 AS 'MODULE_PATHNAME', 'idem_lookup'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
 
+-- Batches (src/pg/records/try_insert_many.cpp): idem_try_insert for many
+-- keys of one scope in one call. Returns the positions in keys (1-based, as
+-- WITH ORDINALITY numbers them) of the keys it recorded; a key repeated in
+-- the batch is recorded once, at its first position. At most 10,000 keys.
+CREATE FUNCTION @extschema@.idem_try_insert_many(scope text, keys text[],
+                                                 ttl interval DEFAULT NULL)
+RETURNS SETOF integer
+AS 'MODULE_PATHNAME', 'idem_try_insert_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 100;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_try_insert_many(text, text[], interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_begin(text, text, interval, text, interval, boolean, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_complete(text, text, uuid, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_fail(text, text, uuid, text, boolean) FROM PUBLIC;

@@ -55,6 +55,13 @@ enum class CacheAnswer { unused, hit, miss };
 bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at,
                         CacheAnswer *cache);
 
+// records_try_insert for each of refs[0..n), in that order, with the table
+// opened once: first[i] and cache[i] are what it answered for refs[i]. The
+// caller orders the keys (a batch in key id order never deadlocks with
+// another) and gives each at most once.
+void records_try_insert_many(const RecordRef *refs, int n, TimestampTz now, TimestampTz expires_at,
+                             bool *first, CacheAnswer *cache);
+
 // Offers the duplicate cache the record of ref's key, if it is live at
 // `now`: for idem_begin, which has read and row-locked it (SELECT ... FOR
 // UPDATE) and is about to report it completed. `generation` is

@@ -401,19 +401,10 @@ bool try_claim(Claims &c, const RecordRef &ref, TimestampTz now, TimestampTz exp
 	elog(ERROR, "pg_idem: could not settle the state of a key after %d rounds", max_rounds);
 }
 
-} // namespace
-
-RecordRef record_ref(const char *fn, text *scope, text *key)
+// Reports what check_record_key found wrong, if anything.
+void report_key_check(const char *fn, KeyCheck check, size_t scope_len, size_t key_len)
 {
-	if (scope == NULL)
-		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-		        errmsg("%s: scope must not be null", fn));
-	if (key == NULL)
-		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-		        errmsg("%s: key must not be null", fn));
-	size_t scope_len = VARSIZE_ANY_EXHDR(scope);
-	size_t key_len = VARSIZE_ANY_EXHDR(key);
-	switch (check_record_key(scope_len, key_len)) {
+	switch (check) {
 	case KeyCheck::ok:
 		break;
 	case KeyCheck::empty_scope:
@@ -436,6 +427,28 @@ RecordRef record_ref(const char *fn, text *scope, text *key)
 		                "its identifying fields."));
 		break;
 	}
+}
+
+} // namespace
+
+void check_record_scope(const char *fn, text *scope)
+{
+	if (scope == NULL)
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+		        errmsg("%s: scope must not be null", fn));
+	size_t scope_len = VARSIZE_ANY_EXHDR(scope);
+	report_key_check(fn, check_record_key(scope_len, 1), scope_len, 1);
+}
+
+RecordRef record_ref(const char *fn, text *scope, text *key)
+{
+	check_record_scope(fn, scope);
+	if (key == NULL)
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+		        errmsg("%s: key must not be null", fn));
+	size_t scope_len = VARSIZE_ANY_EXHDR(scope);
+	size_t key_len = VARSIZE_ANY_EXHDR(key);
+	report_key_check(fn, check_record_key(scope_len, key_len), scope_len, key_len);
 
 	bytea *id = static_cast<bytea *>(palloc(VARHDRSZ + max_key_id_bytes));
 	size_t id_len = record_key_id(VARDATA_ANY(scope), scope_len, VARDATA_ANY(key), key_len,

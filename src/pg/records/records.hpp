@@ -25,6 +25,9 @@ struct RecordRef {
 // computes the key id. `fn` names the SQL function in error messages.
 RecordRef record_ref(const char *fn, text *scope, text *key);
 
+// The checks of record_ref that concern the scope alone.
+void check_record_scope(const char *fn, text *scope);
+
 // The contents of a new record, besides its key.
 struct NewRecord {
 	Oid status; // a label of idem_status

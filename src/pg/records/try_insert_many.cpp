@@ -120,13 +120,11 @@ int batch_keys(text *scope, ArrayType *keys, BatchKey **out, int *given_out)
 
 IDEM_SQL_FUNCTION_AS_OWNER(idem_try_insert_many)
 {
-	if (PG_ARGISNULL(0))
-		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-		        errmsg("%s: scope must not be null", fn));
+	text *scope = PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0);
+	idem::check_record_scope(fn, scope);
 	if (PG_ARGISNULL(1))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 		        errmsg("%s: keys must not be null", fn));
-	text *scope = PG_GETARG_TEXT_PP(0);
 	BatchKey *batch;
 	int given;
 	int n = batch_keys(scope, PG_GETARG_ARRAYTYPE_P(1), &batch, &given);

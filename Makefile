@@ -19,6 +19,7 @@ OBJS = $(CORE_OBJS) \
 	src/pg/extension_objects.o \
 	src/pg/relation_invalidation.o \
 	src/pg/plan_cache.o \
+	src/pg/batches.o \
 	src/pg/records/records.o \
 	src/pg/records/records_layout.o \
 	src/pg/records/try_insert.o \

@@ -24,6 +24,7 @@ extern "C" {
 }
 
 #include "pg/as_owner.hpp"
+#include "pg/batches.hpp"
 #include "pg/guard.hpp"
 #include "pg/records/records.hpp"
 #include "pg/scopes/scope_grants.hpp"
@@ -37,9 +38,6 @@ namespace
 {
 
 const char fn[] = "idem_try_insert_many";
-
-// The most keys one call takes (documented in docs/reference/records.md).
-constexpr int max_batch_keys = 10000;
 
 // A key of the batch: its record and its position in `keys` (1-based).
 struct BatchKey {
@@ -76,23 +74,8 @@ void key_context(void *arg)
 // many the batch had.
 int batch_keys(text *scope, ArrayType *keys, BatchKey **out, int *given_out)
 {
-	if (ARR_NDIM(keys) > 1)
-		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-		        errmsg("%s: keys must be a one-dimensional array", fn));
-	int given = ArrayGetNItems(ARR_NDIM(keys), ARR_DIMS(keys));
-	if (given == 0)
-		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-		        errmsg("%s: keys must not be empty", fn));
-	if (given > max_batch_keys)
-		ereport(ERROR, errcode(ERRCODE_PROGRAM_LIMIT_EXCEEDED),
-		        errmsg("%s: too many keys in one batch", fn),
-		        errdetail("The batch has %d keys; the limit is %d.", given, max_batch_keys),
-		        errhint("Split the batch."));
 	Datum *elems;
-	bool *nulls;
-	int n;
-	deconstruct_array(keys, TEXTOID, -1, false, TYPALIGN_INT, &elems, &nulls, &n);
-
+	int n = idem::batch_elements(fn, "keys", keys, TEXTOID, &elems);
 	BatchKey *batch = static_cast<BatchKey *>(palloc(sizeof(BatchKey) * n));
 	int position = 0;
 	ErrorContextCallback context;
@@ -102,9 +85,6 @@ int batch_keys(text *scope, ArrayType *keys, BatchKey **out, int *given_out)
 	error_context_stack = &context;
 	for (int i = 0; i < n; i++) {
 		position = i + 1;
-		if (nulls[i])
-			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			        errmsg("%s: keys must not contain null", fn));
 		batch[i].ref = idem::record_ref(fn, scope, DatumGetTextPP(elems[i]));
 		batch[i].position = position;
 	}

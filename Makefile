@@ -19,9 +19,11 @@ OBJS = $(CORE_OBJS) \
 	src/pg/extension_objects.o \
 	src/pg/relation_invalidation.o \
 	src/pg/plan_cache.o \
+	src/pg/batches.o \
 	src/pg/records/records.o \
 	src/pg/records/records_layout.o \
 	src/pg/records/try_insert.o \
+	src/pg/records/try_insert_many.o \
 	src/pg/records/operator_tools.o \
 	src/pg/scopes/scopes.o \
 	src/pg/scopes/scope_grants.o \

@@ -109,6 +109,28 @@ RETURNS @extschema@.idem_claim
 AS 'MODULE_PATHNAME', 'idem_lookup'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
 
+-- Batches (src/pg/records/try_insert_many.cpp): idem_try_insert for many
+-- keys of one scope in one call. Returns the positions in keys (1-based, as
+-- WITH ORDINALITY numbers them) of the keys it recorded; a key repeated in
+-- the batch is recorded once, at its first position. At most 10,000 keys.
+CREATE FUNCTION @extschema@.idem_try_insert_many(scope text, keys text[],
+                                                 ttl interval DEFAULT NULL)
+RETURNS SETOF integer
+AS 'MODULE_PATHNAME', 'idem_try_insert_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 100;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_try_insert_many(text, text[], interval) FROM PUBLIC;
+
+-- idem_advance for a batch of positions of one partition, in order, with
+-- one update of its row (src/pg/messages/stream_positions.cpp). Returns the
+-- indexes (1-based) of the positions that were new. At most 10,000.
+CREATE FUNCTION @extschema@.idem_advance_many(stream text, part integer, positions bigint[],
+                                              "window" integer DEFAULT 0)
+RETURNS SETOF integer
+AS 'MODULE_PATHNAME', 'idem_advance_many'
+LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 100;
+
+REVOKE ALL ON FUNCTION @extschema@.idem_advance_many(text, integer, bigint[], integer) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_begin(text, text, interval, text, interval, boolean, interval) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_complete(text, text, uuid, jsonb) FROM PUBLIC;
 REVOKE ALL ON FUNCTION @extschema@.idem_fail(text, text, uuid, text, boolean) FROM PUBLIC;

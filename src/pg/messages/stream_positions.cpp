@@ -36,18 +36,22 @@ extern "C" {
 #include "executor/executor.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "funcapi.h"
 #include "miscadmin.h"
+#include "utils/array.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
 #include "utils/timestamp.h"
+#include "utils/tuplestore.h"
 }
 
 #include "core/replay_window.hpp"
 #include "pg/compat.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/as_owner.hpp"
+#include "pg/batches.hpp"
 #include "pg/guard.hpp"
 #include "pg/scopes/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
@@ -82,6 +86,19 @@ StreamPart stream_part_args(const char *fn, FunctionCallInfo fcinfo)
 	return sp;
 }
 
+void check_window(const char *fn, FunctionCallInfo fcinfo, int window_arg)
+{
+	if (PG_ARGISNULL(window_arg))
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+		        errmsg("%s: window must not be null", fn));
+	int32 window = PG_GETARG_INT32(window_arg);
+	if (window < 0 || window > idem::replay_window_max)
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+		        errmsg("%s: window must be between 0 and %d", fn, idem::replay_window_max),
+		        errdetail("The window is how many positions below the highest one are "
+		                  "remembered; it costs one bit each."));
+}
+
 void check_position_and_window(const char *fn, FunctionCallInfo fcinfo, int position_arg)
 {
 	if (PG_ARGISNULL(position_arg))
@@ -93,12 +110,7 @@ void check_position_and_window(const char *fn, FunctionCallInfo fcinfo, int posi
 	if (PG_GETARG_INT64(position_arg) < 0)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 		        errmsg("%s: position must not be negative", fn));
-	int32 window = PG_GETARG_INT32(position_arg + 1);
-	if (window < 0 || window > idem::replay_window_max)
-		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-		        errmsg("%s: window must be between 0 and %d", fn, idem::replay_window_max),
-		        errdetail("The window is how many positions below the highest one are "
-		                  "remembered; it costs one bit each."));
+	check_window(fn, fcinfo, position_arg + 1);
 }
 
 bytea *window_bytea(const idem::ReplayWindow &window)
@@ -198,8 +210,29 @@ bool find_part(Relation rel, Relation pkey, Snapshot snapshot, const StreamPart 
 	return found;
 }
 
+// The positions of one call (one for idem_advance), and which of them the
+// window accepted.
+struct Positions {
+	const int64 *position;
+	bool *accepted;
+	int n;
+};
+
+// Runs the window's step for each position, in order; whether any was
+// accepted.
+bool advance_all(idem::ReplayWindow &state, const Positions &batch, int32 window)
+{
+	bool any = false;
+	for (int i = 0; i < batch.n; i++) {
+		batch.accepted[i] = state.advance(batch.position[i], window);
+		any |= batch.accepted[i];
+	}
+	return any;
+}
+
 // Steps 1 to 3 of the header comment, once.
-Step advance_once(Relation rel, Relation pkey, const StreamPart &sp, int64 position, int32 window)
+Step advance_once(Relation rel, Relation pkey, const StreamPart &sp, const Positions &batch,
+                  int32 window)
 {
 	CommandCounterIncrement();
 	PushActiveSnapshot(GetTransactionSnapshot());
@@ -211,7 +244,7 @@ Step advance_once(Relation rel, Relation pkey, const StreamPart &sp, int64 posit
 		idem::ReplayWindow state;
 		window_from_bytea("idem_advance", DatumGetByteaPP(slot->tts_values[col_window_state - 1]),
 		                  &state);
-		if (!state.advance(position, window)) {
+		if (!advance_all(state, batch, window)) {
 			step = Step::rejected;
 		} else {
 			check_streams_as_installed("idem_advance", rel, RelationGetRelid(pkey));
@@ -261,21 +294,70 @@ Step advance_once(Relation rel, Relation pkey, const StreamPart &sp, int64 posit
 	return step;
 }
 
-// A part's first position. False if the part exists already.
-bool advance_new(Datum *args, int64 position, int32 window)
+// A part's first positions. False if the part exists already.
+bool advance_new(const StreamPart &sp, const Positions &batch, int32 window)
 {
 	idem::ReplayWindow first;
-	first.advance(position, window);
+	advance_all(first, batch, window);
 	Oid types[] = {TEXTOID, INT4OID, INT8OID, INT4OID, BYTEAOID};
 	idem::Statement *st = streams_statement(
 	    "idem_advance", "streams:create",
 	    "INSERT INTO %s (stream, part, position, window_size, window_state, updated_at) "
 	    "VALUES ($1, $2, $3, $4, $5, pg_catalog.now()) ON CONFLICT DO NOTHING",
 	    5, types);
-	Datum values[] = {args[0], args[1], args[2], args[3], PointerGetDatum(window_bytea(first))};
+	Datum values[] = {PointerGetDatum(sp.stream), Int32GetDatum(sp.part),
+	                  Int64GetDatum(first.high()), Int32GetDatum(window),
+	                  PointerGetDatum(window_bytea(first))};
 	if (SPI_execute_plan(st->plan, values, NULL, false, 0) != SPI_OK_INSERT)
 		elog(ERROR, "pg_idem: stream insert failed");
 	return SPI_processed == 1;
+}
+
+// Advances the part by the batch's positions, in order, in one update of
+// its row (the header comment); batch.accepted says which were new.
+void advance(const char *fn, const StreamPart &sp, const Positions &batch, int32 window)
+{
+	// What a plain UPDATE would check before writing.
+	PreventCommandIfReadOnly(fn);
+	PreventCommandDuringRecovery(fn);
+	const idem::ExtensionObjects &objects = streams_objects(fn);
+	Relation rel = table_open(objects.streams, RowExclusiveLock);
+	Relation pkey = index_open(objects.streams_pkey, RowExclusiveLock);
+	for (;;) {
+		Step step = advance_once(rel, pkey, sp, batch, window);
+		if (step == Step::absent) {
+			if (SPI_connect() != SPI_OK_CONNECT)
+				elog(ERROR, "pg_idem: SPI_connect failed");
+			bool created = advance_new(sp, batch, window);
+			SPI_finish();
+			if (!created)
+				continue;
+			step = Step::accepted;
+		}
+		if (step == Step::retry) {
+			CHECK_FOR_INTERRUPTS();
+			continue;
+		}
+		break;
+	}
+	index_close(pkey, NoLock);
+	table_close(rel, NoLock);
+}
+
+// idem_advance_many's positions, checked before anything is written.
+Positions batch_positions(const char *fn, ArrayType *positions)
+{
+	Datum *elems;
+	int n = idem::batch_elements(fn, "positions", positions, INT8OID, &elems);
+	int64 *position = static_cast<int64 *>(palloc(sizeof(int64) * n));
+	for (int i = 0; i < n; i++) {
+		position[i] = DatumGetInt64(elems[i]);
+		if (position[i] < 0)
+			ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+			        errmsg("%s: position must not be negative", fn),
+			        errdetail("Element %d of the batch is " INT64_FORMAT ".", i + 1, position[i]));
+	}
+	return Positions{position, static_cast<bool *>(palloc(sizeof(bool) * n)), n};
 }
 
 } // namespace
@@ -288,37 +370,37 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_advance)
 	idem::check_scope(fn, caller, sp.stream, "stream");
 	check_position_and_window(fn, fcinfo, 2);
 	int64 position = PG_GETARG_INT64(2);
-	int32 window = PG_GETARG_INT32(3);
-	// What a plain UPDATE would check before writing.
-	PreventCommandIfReadOnly(fn);
-	PreventCommandDuringRecovery(fn);
-	const idem::ExtensionObjects &objects = streams_objects(fn);
-	Relation rel = table_open(objects.streams, RowExclusiveLock);
-	Relation pkey = index_open(objects.streams_pkey, RowExclusiveLock);
-	Datum args[] = {PointerGetDatum(sp.stream), Int32GetDatum(sp.part), Int64GetDatum(position),
-	                Int32GetDatum(window)};
 	bool accepted;
-	for (;;) {
-		Step step = advance_once(rel, pkey, sp, position, window);
-		if (step == Step::absent) {
-			if (SPI_connect() != SPI_OK_CONNECT)
-				elog(ERROR, "pg_idem: SPI_connect failed");
-			bool created = advance_new(args, position, window);
-			SPI_finish();
-			if (!created)
-				continue;
-			step = Step::accepted;
-		}
-		if (step == Step::retry) {
-			CHECK_FOR_INTERRUPTS();
-			continue;
-		}
-		accepted = step == Step::accepted;
-		break;
-	}
-	index_close(pkey, NoLock);
-	table_close(rel, NoLock);
+	advance(fn, sp, Positions{&position, &accepted, 1}, PG_GETARG_INT32(3));
 	PG_RETURN_BOOL(accepted);
+}
+
+// idem_advance_many(stream, part, positions, window) RETURNS SETOF integer:
+// idem_advance for each of the positions, in order, with one update of the
+// part's row; returns the indexes (1-based) of those that were new.
+IDEM_SQL_FUNCTION_AS_OWNER(idem_advance_many)
+{
+	static const char fn[] = "idem_advance_many";
+	StreamPart sp = stream_part_args(fn, fcinfo);
+	idem::check_scope(fn, caller, sp.stream, "stream");
+	if (PG_ARGISNULL(2))
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+		        errmsg("%s: positions must not be null", fn));
+	Positions batch = batch_positions(fn, PG_GETARG_ARRAYTYPE_P(2));
+	check_window(fn, fcinfo, 3);
+	// Before anything is written: a call where no set is accepted is an
+	// error here.
+	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);
+	advance(fn, sp, batch, PG_GETARG_INT32(3));
+	ReturnSetInfo *rsinfo = reinterpret_cast<ReturnSetInfo *>(fcinfo->resultinfo);
+	for (int i = 0; i < batch.n; i++) {
+		if (!batch.accepted[i])
+			continue;
+		Datum index = Int32GetDatum(i + 1);
+		bool isnull = false;
+		tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, &index, &isnull);
+	}
+	return (Datum)0;
 }
 
 // idem_position(stream, part) RETURNS bigint: NULL for a part never advanced.

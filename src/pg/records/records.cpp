@@ -80,6 +80,66 @@ bool same_text(Datum stored, const text *given)
 // What a claim found: its own new record, or someone's live or expired one.
 enum class Found { inserted, live, expired };
 
+// The managed table as one call's claims use it (one key, or a batch),
+// opened when first needed: a claim the duplicate cache answers opens
+// nothing, a duplicate found in the table builds no executor state. The
+// insertions share theirs, as ExecInsert shares it across the rows of one
+// INSERT.
+struct Claims {
+	const ExtensionObjects *loc;
+	Relation rel = NULL;
+	Relation pkey = NULL;
+	TupleTableSlot *holder = NULL; // the record find_holder found
+	EState *estate = NULL;
+	ResultRelInfo *rri = NULL;
+	List *arbiters = NIL;
+	TupleTableSlot *insert = NULL; // the record being inserted
+	MemoryContext context;         // where the above live
+
+	explicit Claims(const ExtensionObjects &objects) : loc(&objects), context(CurrentMemoryContext)
+	{
+	}
+};
+
+void open_table(Claims &c)
+{
+	if (c.rel != NULL)
+		return;
+	MemoryContext outer = MemoryContextSwitchTo(c.context);
+	c.rel = table_open(c.loc->records, RowExclusiveLock);
+	c.pkey = index_open(c.loc->records_pkey, RowExclusiveLock);
+	c.holder = table_slot_create(c.rel, NULL);
+	MemoryContextSwitchTo(outer);
+}
+
+void prepare_insertion(Claims &c)
+{
+	if (c.estate != NULL)
+		return;
+	MemoryContext outer = MemoryContextSwitchTo(c.context);
+	c.estate = CreateExecutorState();
+	c.rri = makeNode(ResultRelInfo);
+	InitResultRelInfo(c.rri, c.rel, 1, NULL, 0);
+	ExecOpenIndices(c.rri, true);
+	c.arbiters = list_make1_oid(c.loc->records_pkey);
+	c.insert = table_slot_create(c.rel, &c.estate->es_tupleTable);
+	MemoryContextSwitchTo(outer);
+}
+
+void close_claims(Claims &c)
+{
+	if (c.estate != NULL) {
+		ExecCloseIndices(c.rri);
+		ExecResetTupleTable(c.estate->es_tupleTable, false);
+		FreeExecutorState(c.estate);
+	}
+	if (c.rel != NULL) {
+		ExecDropSingleTupleTableSlot(c.holder);
+		index_close(c.pkey, NoLock);
+		table_close(c.rel, NoLock);
+	}
+}
+
 // Finds the record that holds ref's key id, as ON CONFLICT's pre-check does
 // (execIndexing.c, check_exclusion_or_unique_constraint): one lookup in the
 // primary key with a dirty snapshot, which sees committed records and our
@@ -146,16 +206,12 @@ Found classify_holder(const ExtensionObjects &loc, Relation rel, TupleTableSlot 
 // the speculative token that lets a concurrent claimant wait for our
 // decision. Returns false if a concurrent insert of the same key won the
 // race after our lookup (our tuple is then dead, as in ExecInsert).
-bool insert_speculatively(const ExtensionObjects &loc, Relation rel, const RecordRef &ref,
-                          const NewRecord &record)
+bool insert_speculatively(Claims &c, const RecordRef &ref, const NewRecord &record)
 {
-	EState *estate = CreateExecutorState();
-	ResultRelInfo *rri = makeNode(ResultRelInfo);
-	InitResultRelInfo(rri, rel, 1, NULL, 0);
-	ExecOpenIndices(rri, true);
-	List *arbiters = list_make1_oid(loc.records_pkey);
-
-	TupleTableSlot *slot = table_slot_create(rel, &estate->es_tupleTable);
+	prepare_insertion(c);
+	const ExtensionObjects &loc = *c.loc;
+	Relation rel = c.rel;
+	TupleTableSlot *slot = c.insert;
 	ExecClearTuple(slot);
 	int natts = RelationGetDescr(rel)->natts;
 	for (int i = 0; i < natts; i++) {
@@ -202,13 +258,12 @@ bool insert_speculatively(const ExtensionObjects &loc, Relation rel, const Recor
 	uint32 token = SpeculativeInsertionLockAcquire(xid);
 	table_tuple_insert_speculative(rel, slot, GetCurrentCommandId(true), 0, NULL, token);
 	bool conflict = false;
-	list_free(compat::ExecInsertIndexTuples(rri, slot, estate, false, true, &conflict, arbiters));
+	list_free(
+	    compat::ExecInsertIndexTuples(c.rri, slot, c.estate, false, true, &conflict, c.arbiters));
 	table_tuple_complete_speculative(rel, slot, token, !conflict);
 	SpeculativeInsertionLockRelease(xid);
-
-	ExecCloseIndices(rri);
-	ExecResetTupleTable(estate->es_tupleTable, false);
-	FreeExecutorState(estate);
+	ExecClearTuple(slot);
+	ResetPerTupleExprContext(c.estate);
 	return !conflict;
 }
 
@@ -238,21 +293,19 @@ void offer_to_cache(Relation rel, TupleTableSlot *slot, const RecordRef &ref, ui
 // write and no transaction id. With `cache_from` (the duplicate cache's
 // counter, read before this lookup), a live record found is offered to the
 // duplicate cache.
-Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, const NewRecord &record,
+Found insert_record(Claims &c, const RecordRef &ref, const NewRecord &record,
                     const uint64 *cache_from = NULL)
 {
-	Relation rel = table_open(loc.records, RowExclusiveLock);
-	Relation pkey = index_open(loc.records_pkey, RowExclusiveLock);
-	TupleTableSlot *holder = table_slot_create(rel, NULL);
+	open_table(c);
 	Found found;
 	for (;;) {
-		if (find_holder(rel, pkey, ref, holder)) {
-			found = classify_holder(loc, rel, holder, ref, record.recorded_at);
+		if (find_holder(c.rel, c.pkey, ref, c.holder)) {
+			found = classify_holder(*c.loc, c.rel, c.holder, ref, record.recorded_at);
 			if (found == Found::live && cache_from != NULL)
-				offer_to_cache(rel, holder, ref, *cache_from);
+				offer_to_cache(c.rel, c.holder, ref, *cache_from);
 			break;
 		}
-		if (insert_speculatively(loc, rel, ref, record)) {
+		if (insert_speculatively(c, ref, record)) {
 			// Let later claims in this transaction see it, as a new
 			// command would.
 			CommandCounterIncrement();
@@ -261,9 +314,7 @@ Found insert_record(const ExtensionObjects &loc, const RecordRef &ref, const New
 		}
 		// Lost a race after the lookup: look again, which now waits.
 	}
-	ExecDropSingleTupleTableSlot(holder);
-	index_close(pkey, NoLock);
-	table_close(rel, NoLock);
+	ExecClearTuple(c.holder);
 	return found;
 }
 
@@ -314,19 +365,46 @@ bool take_over_expired(const ExtensionObjects &loc, const RecordRef &ref, Timest
 // rounds in a row means something is wrong, not busy.
 constexpr int max_rounds = 1000;
 
-} // namespace
-
-RecordRef record_ref(const char *fn, text *scope, text *key)
+// records_try_insert for one key, on the opened table.
+bool try_claim(Claims &c, const RecordRef &ref, TimestampTz now, TimestampTz expires_at,
+               CacheAnswer *cache)
 {
-	if (scope == NULL)
-		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-		        errmsg("%s: scope must not be null", fn));
-	if (key == NULL)
-		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-		        errmsg("%s: key must not be null", fn));
-	size_t scope_len = VARSIZE_ANY_EXHDR(scope);
-	size_t key_len = VARSIZE_ANY_EXHDR(key);
-	switch (check_record_key(scope_len, key_len)) {
+	const ExtensionObjects &loc = *c.loc;
+	*cache = CacheAnswer::unused;
+	uint64 generation = 0;
+	const uint64 *cache_from = NULL;
+	if (cache_usable()) {
+		if (cache_lookup(loc, ref.id, now)) {
+			*cache = CacheAnswer::hit;
+			return false;
+		}
+		*cache = CacheAnswer::miss;
+		// Read before the table lookups below (a hit needs none), so
+		// that a change between them and the cache insertion is seen
+		// (duplicate_cache.cpp).
+		generation = cache_generation(ref.id);
+		cache_from = &generation;
+	}
+	NewRecord record = {loc.status_completed, now, expires_at, 0, 0, 0, NULL, NULL, NULL};
+	for (int round = 0; round < max_rounds; round++) {
+		switch (insert_record(c, ref, record, cache_from)) {
+		case Found::inserted:
+			return true;
+		case Found::live:
+			return false;
+		case Found::expired:
+			if (take_over_expired(loc, ref, now, expires_at))
+				return true;
+			break; // someone renewed or purged it first: look again
+		}
+	}
+	elog(ERROR, "pg_idem: could not settle the state of a key after %d rounds", max_rounds);
+}
+
+// Reports what check_record_key found wrong, if anything.
+void report_key_check(const char *fn, KeyCheck check, size_t scope_len, size_t key_len)
+{
+	switch (check) {
 	case KeyCheck::ok:
 		break;
 	case KeyCheck::empty_scope:
@@ -349,6 +427,28 @@ RecordRef record_ref(const char *fn, text *scope, text *key)
 		                "its identifying fields."));
 		break;
 	}
+}
+
+} // namespace
+
+void check_record_scope(const char *fn, text *scope)
+{
+	if (scope == NULL)
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+		        errmsg("%s: scope must not be null", fn));
+	size_t scope_len = VARSIZE_ANY_EXHDR(scope);
+	report_key_check(fn, check_record_key(scope_len, 1), scope_len, 1);
+}
+
+RecordRef record_ref(const char *fn, text *scope, text *key)
+{
+	check_record_scope(fn, scope);
+	if (key == NULL)
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+		        errmsg("%s: key must not be null", fn));
+	size_t scope_len = VARSIZE_ANY_EXHDR(scope);
+	size_t key_len = VARSIZE_ANY_EXHDR(key);
+	report_key_check(fn, check_record_key(scope_len, key_len), scope_len, key_len);
 
 	bytea *id = static_cast<bytea *>(palloc(VARHDRSZ + max_key_id_bytes));
 	size_t id_len = record_key_id(VARDATA_ANY(scope), scope_len, VARDATA_ANY(key), key_len,
@@ -359,7 +459,10 @@ RecordRef record_ref(const char *fn, text *scope, text *key)
 
 bool records_insert(const RecordRef &ref, const NewRecord &record)
 {
-	return insert_record(extension_objects(), ref, record) == Found::inserted;
+	Claims c(extension_objects());
+	bool inserted = insert_record(c, ref, record) == Found::inserted;
+	close_claims(c);
+	return inserted;
 }
 
 void records_offer_to_cache(const RecordRef &ref, TimestampTz now, uint64 generation)
@@ -383,36 +486,29 @@ void records_offer_to_cache(const RecordRef &ref, TimestampTz now, uint64 genera
 bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at,
                         CacheAnswer *cache)
 {
-	const ExtensionObjects &loc = extension_objects();
-	*cache = CacheAnswer::unused;
-	uint64 generation = 0;
-	const uint64 *cache_from = NULL;
-	if (cache_usable()) {
-		if (cache_lookup(loc, ref.id, now)) {
-			*cache = CacheAnswer::hit;
-			return false;
-		}
-		*cache = CacheAnswer::miss;
-		// Read before the table lookups below (a hit needs none), so
-		// that a change between them and the cache insertion is seen
-		// (duplicate_cache.cpp).
-		generation = cache_generation(ref.id);
-		cache_from = &generation;
+	Claims c(extension_objects());
+	bool first = try_claim(c, ref, now, expires_at, cache);
+	close_claims(c);
+	return first;
+}
+
+void records_try_insert_many(const RecordRef *refs, int n, TimestampTz now, TimestampTz expires_at,
+                             bool *first, CacheAnswer *cache)
+{
+	Claims c(extension_objects());
+	// What one key's lookups and insertion allocate is freed before the
+	// next: a batch's memory does not grow with its size.
+	MemoryContext per_key =
+	    AllocSetContextCreate(CurrentMemoryContext, "pg_idem batch key", ALLOCSET_DEFAULT_SIZES);
+	for (int i = 0; i < n; i++) {
+		CHECK_FOR_INTERRUPTS();
+		MemoryContext outer = MemoryContextSwitchTo(per_key);
+		first[i] = try_claim(c, refs[i], now, expires_at, &cache[i]);
+		MemoryContextSwitchTo(outer);
+		MemoryContextReset(per_key);
 	}
-	NewRecord record = {loc.status_completed, now, expires_at, 0, 0, 0, NULL, NULL, NULL};
-	for (int round = 0; round < max_rounds; round++) {
-		switch (insert_record(loc, ref, record, cache_from)) {
-		case Found::inserted:
-			return true;
-		case Found::live:
-			return false;
-		case Found::expired:
-			if (take_over_expired(loc, ref, now, expires_at))
-				return true;
-			break; // someone renewed or purged it first: look again
-		}
-	}
-	elog(ERROR, "pg_idem: could not settle the state of a key after %d rounds", max_rounds);
+	MemoryContextDelete(per_key);
+	close_claims(c);
 }
 
 } // namespace idem

@@ -25,6 +25,9 @@ struct RecordRef {
 // computes the key id. `fn` names the SQL function in error messages.
 RecordRef record_ref(const char *fn, text *scope, text *key);
 
+// The checks of record_ref that concern the scope alone.
+void check_record_scope(const char *fn, text *scope);
+
 // The contents of a new record, besides its key.
 struct NewRecord {
 	Oid status; // a label of idem_status
@@ -54,6 +57,13 @@ enum class CacheAnswer { unused, hit, miss };
 // Asks the duplicate cache first, and offers it the duplicates it finds.
 bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at,
                         CacheAnswer *cache);
+
+// records_try_insert for each of refs[0..n), in that order, with the table
+// opened once: first[i] and cache[i] are what it answered for refs[i]. The
+// caller orders the keys (a batch in key id order never deadlocks with
+// another) and gives each at most once.
+void records_try_insert_many(const RecordRef *refs, int n, TimestampTz now, TimestampTz expires_at,
+                             bool *first, CacheAnswer *cache);
 
 // Offers the duplicate cache the record of ref's key, if it is live at
 // `now`: for idem_begin, which has read and row-locked it (SELECT ... FOR

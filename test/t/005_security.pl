@@ -2,9 +2,9 @@
 #
 # The roles, as the README's "Privileges" section sets them up:
 #   postgres  the superuser that created the extension (the owner);
-#   consumer  granted EXECUTE on idem_try_insert, the claim protocol
-#             (idem_begin, idem_complete, idem_fail, idem_release,
-#             idem_lookup) and the stream positions (idem_advance,
+#   consumer  granted EXECUTE on idem_try_insert, idem_try_insert_many,
+#             the claim protocol (idem_begin, idem_complete, idem_fail,
+#             idem_release, idem_lookup) and the stream positions (idem_advance,
 #             idem_position), and SELECT, INSERT, UPDATE on its business
 #             tables;
 #   stranger  the same pg_idem grants, but no privilege on the business
@@ -123,6 +123,20 @@ sub refused
 	return;
 }
 
+# What psql prints when $statement, run by $role, fails: the message, its
+# detail and hint.
+sub psql_error
+{
+	my ($role, $statement) = @_;
+	my ($out, $err) = ('', '');
+	$node->psql(
+		'postgres', $statement,
+		stdout => \$out,
+		stderr => \$err,
+		connstr => $node->connstr('postgres') . " user=$role");
+	return $err;
+}
+
 # Asserts that $statement, run by $role, succeeds with output $expected.
 sub answers
 {
@@ -145,6 +159,7 @@ CREATE ROLE hostile LOGIN;
 CREATE ROLE outsider LOGIN;
 -- What the README says to grant a consumer.
 GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval),
+    idem_try_insert_many(text, text[], interval),
     idem_begin(text, text, interval, text, interval, boolean, interval),
     idem_complete(text, text, uuid, jsonb),
     idem_fail(text, text, uuid, text, boolean),
@@ -195,6 +210,18 @@ answers('consumer', q{SELECT idem_try_insert('points', 'order-1');}, 't',
 	'consumer: idem_try_insert, a new key');
 answers('consumer', q{SELECT idem_try_insert('points', 'order-1');}, 'f',
 	'consumer: idem_try_insert, a duplicate');
+# A batch: the positions of the keys it recorded, a repeat once, at its
+# first position ('order-1' is a duplicate from above).
+answers('consumer',
+	q{SELECT array_agg(p ORDER BY p) FROM idem_try_insert_many('points', ARRAY['order-1', 'order-3', 'order-4', 'order-3']) p;},
+	'{2,3}', 'consumer: idem_try_insert_many, new keys, a duplicate and a repeat');
+answers('consumer',
+	q{SELECT count(*) FROM idem_try_insert_many('points', ARRAY['order-3', 'order-4'], '1 day');},
+	'0', 'consumer: idem_try_insert_many, a batch of duplicates');
+is(owner_sql(q{SELECT string_agg(key, ',' ORDER BY key) FROM idem_records WHERE scope = 'points'}),
+	'order-1,order-3,order-4', 'the batch recorded its two keys, each once');
+refused('consumer', q{SELECT * FROM idem_try_insert_many('points', ARRAY['order-5', NULL]);},
+	'22004', 'consumer: idem_try_insert_many with a NULL key');
 my ($begin, $complete, $again) = session('consumer',
 	q{SELECT status, token FROM idem_begin('pay', 'p1') \gset},
 	q{SELECT idem_complete('pay', 'p1', :'token', '{"ok": true}');},
@@ -260,6 +287,7 @@ for my $call (
 my $some_token = owner_sql(q{SELECT gen_random_uuid()});
 for my $call (
 	q{SELECT idem_try_insert('points', 'order-9');},
+	q{SELECT * FROM idem_try_insert_many('points', ARRAY['order-9']);},
 	q{SELECT * FROM idem_begin('pay', 'o1');},
 	q{SELECT * FROM idem_begin('pay', 'o1', '1 hour', 'fp', '1 s', true, '1 day');},
 	qq{SELECT idem_complete('pay', 'p5', '$some_token', '{}');},
@@ -271,10 +299,19 @@ for my $call (
 {
 	refused('outsider', $call, '42501', "outsider: $call" =~ s/;$//r);
 }
+# Even in a scope granted to it: what it lacks is EXECUTE.
+owner_sql(q{SELECT idem_grant('outsider', 'outsider');});
+refused('outsider', q{SELECT * FROM idem_try_insert_many('outsider', ARRAY['o9']);}, '42501',
+	'outsider, in a scope granted to it: idem_try_insert_many');
+like(psql_error('outsider', q{SELECT * FROM idem_try_insert_many('outsider', ARRAY['o9']);}),
+	qr/permission denied for function idem_try_insert_many/,
+	'outsider: the refusal is for want of EXECUTE');
 # Scopes are a boundary: hostile, with the same EXECUTE as the consumer,
 # is refused every function in the consumer's scopes and streams.
 for my $call (
 	q{SELECT idem_try_insert('points', 'order-9');},
+	q{SELECT * FROM idem_try_insert_many('points', ARRAY['order-9']);},
+	q{SELECT * FROM idem_try_insert_many('points', ARRAY['order-1', 'order-9'], '1 us');},
 	q{SELECT (idem_begin('pay', 'p1')).result;},
 	q{SELECT * FROM idem_lookup('pay', 'p1');},
 	qq{SELECT idem_complete('pay', 'p5', '$some_token', '{}');},
@@ -284,6 +321,36 @@ for my $call (
 {
 	refused('hostile', $call, '42501', "hostile, in the consumer's scope: $call" =~ s/;$//r);
 }
+# A batch cannot tell a role which keys another scope holds: the keys the
+# consumer recorded and keys no one did are refused alike, with the same
+# words, in a read-only transaction too (where nothing could be written
+# anyway), and a batch of them all is refused whole, not answered in part.
+{
+	my $before = snapshot();
+	my @r = session('hostile',
+		q{SELECT * FROM idem_try_insert_many('points', ARRAY['order-1', 'order-3']);},
+		q{SELECT * FROM idem_try_insert_many('points', ARRAY['never-1', 'never-2']);},
+		q{BEGIN READ ONLY;},
+		q{SELECT * FROM idem_try_insert_many('points', ARRAY['order-1']);},
+		q{ROLLBACK;},
+		q{BEGIN READ ONLY;},
+		q{SELECT * FROM idem_try_insert_many('points', ARRAY['never-1']);},
+		q{ROLLBACK;},
+		q{SELECT * FROM idem_try_insert_many('points', ARRAY['h-own', 'order-1', 'never-1']);});
+	is(join(' ', map { $_->[1] } @r[ 0, 1, 3, 6, 8 ]), '42501 42501 42501 42501 42501',
+		'hostile: idem_try_insert_many in the consumer\'s scope, keys recorded or not, is refused');
+	is(snapshot(), $before, 'hostile: idem_try_insert_many in the consumer\'s scope: nothing written');
+	my @words = map {
+		psql_error('hostile', "SELECT * FROM idem_try_insert_many('points', ARRAY['$_']);")
+	} ('order-1', 'never-1');
+	note "hostile is told: $words[0]";
+	like($words[0], qr/may not use scope "points"/, 'hostile: the refusal names the scope');
+	is($words[1], $words[0], 'hostile: the same refusal for a recorded key and an unknown one');
+}
+answers('hostile', q{SELECT array_agg(p ORDER BY p) FROM idem_try_insert_many('h', ARRAY['b1', 'b2', 'b1']) p;},
+	'{1,2}', 'hostile: idem_try_insert_many in its own scope');
+is(owner_sql(q{SELECT string_agg(key, ',' ORDER BY key) FROM idem_records WHERE scope = 'points'}),
+	'order-1,order-3,order-4', 'the consumer\'s scope holds only the consumer\'s keys');
 # The 0.2 signatures, completing by attempt number, are gone.
 refused('consumer', q{SELECT idem_complete('pay', 'p5', 2, '{}');}, '42883',
 	'consumer: idem_complete with an attempt number (0.2) does not exist');
@@ -556,6 +623,10 @@ my @owner_workload = (
 	q{SELECT public.idem_try_insert('h', 'k2', '1 us');},
 	q{SELECT pg_catalog.pg_sleep(0.01);},
 	q{SELECT public.idem_try_insert('h', 'k2');},
+	q{SELECT pg_catalog.count(*) FROM public.idem_try_insert_many('h', ARRAY['k1', 'k3', 'k3', repeat('long', 100), 'k4'], '1 day');},
+	q{SELECT * FROM public.idem_try_insert_many('h', ARRAY['k5', 'k6'], '1 us');},
+	q{SELECT pg_catalog.pg_sleep(0.01);},
+	q{SELECT * FROM public.idem_try_insert_many('h', ARRAY['k6', 'k5']);},
 	q{SELECT token FROM public.idem_begin('h', 'c1') \gset},
 	q{SELECT * FROM public.idem_begin('h', 'c1');},
 	q{SELECT * FROM public.idem_begin('h', 'c1');},
@@ -624,7 +695,7 @@ my @owner_workload = (
 my @owner_results = session('postgres', @owner_workload);
 my %owner_states;
 $owner_states{ $_->[1] }++ for @owner_results;
-is(join(' ', map { "$_:$owner_states{$_}" } sort keys %owner_states), '00000:67 55000:5 IDM01:2',
+is(join(' ', map { "$_:$owner_states{$_}" } sort keys %owner_states), '00000:71 55000:5 IDM01:2',
 	'the owner\'s workload ran (refusals expected: forgetting a claim in progress, '
 	  . 'a repeated completion, a random and a NULL token, a released token, '
 	  . 'two fingerprint mismatches)');
@@ -637,6 +708,7 @@ my @consumer_results = session('consumer',
 	$evil_path,
 	q{SELECT public.idem_try_insert('points', 'order-2');},
 	q{SELECT public.idem_try_insert('points', 'order-2');},
+	q{SELECT * FROM public.idem_try_insert_many('points', ARRAY['order-2', 'order-6']);},
 	q{SELECT token FROM public.idem_begin('pay', 'p3', lease => '1 hour') \gset},
 	q{SELECT public.idem_complete('pay', 'p3', :'token');},
 	q{SELECT token FROM public.idem_begin('pay', 'p4', lease => '1 hour') \gset},
@@ -651,24 +723,25 @@ my @consumer_results = session('consumer',
 	q{SELECT public.idem_position('orders', 1);},
 	q{SELECT pg_catalog.count(*) FROM pg_temp.idem_records;},
 	q{SELECT pg_catalog.count(*) FROM pg_temp.idem_scopes;});
-is(join(' ', map { $_->[1] } @consumer_results), join(' ', ('00000') x 19),
+is(join(' ', map { $_->[1] } @consumer_results), join(' ', ('00000') x 20),
 	'the consumer\'s workload ran');
-is($consumer_results[17][0] . ' ' . $consumer_results[18][0], '0 0',
+is($consumer_results[18][0] . ' ' . $consumer_results[19][0], '0 0',
 	'the consumer\'s temporary idem_records and idem_scopes were not written');
-is(owner_sql(q{SELECT count(*) FROM idem_records WHERE key IN ('order-2', 'p3', 'p4', 'p6')}), '4',
+is(owner_sql(q{SELECT count(*) FROM idem_records WHERE key IN ('order-2', 'order-6', 'p3', 'p4', 'p6')}), '5',
 	'the real idem_records was');
 
 # And hostile itself, with its own schema first.
 my @hostile_results = session('hostile',
 	$evil_path,
 	q{SELECT public.idem_try_insert('x', 'h1');},
+	q{SELECT * FROM public.idem_try_insert_many('x', ARRAY['h1', 'h4']);},
 	q{SELECT token FROM public.idem_begin('x', 'h2') \gset},
 	q{SELECT public.idem_complete('x', 'h2', :'token', '{}');},
 	q{SELECT * FROM public.idem_lookup('x', 'h2');},
 	q{SELECT token FROM public.idem_begin('x', 'h3', ttl => '1 hour') \gset},
 	q{SELECT public.idem_release('x', 'h3', :'token');},
 	q{SELECT * FROM public.idem_configure('x', ttl => '1 day');});
-is(join(' ', map { $_->[1] } @hostile_results), join(' ', ('00000') x 8),
+is(join(' ', map { $_->[1] } @hostile_results), join(' ', ('00000') x 9),
 	'hostile\'s own workload ran');
 
 is(owner_sql(q{SELECT count(*) FROM evil.calls}), '0', 'no planted object was called (evil.calls)');

@@ -95,6 +95,11 @@ struct Claims {
 	List *arbiters = NIL;
 	TupleTableSlot *insert = NULL; // the record being inserted
 	MemoryContext context;         // where the above live
+	// A batch's claims: the duplicate cache is left alone, and the
+	// insertions are made visible by one CommandCounterIncrement at the
+	// end, not one each.
+	bool batch = false;
+	bool inserted = false; // since the last CommandCounterIncrement
 
 	explicit Claims(const ExtensionObjects &objects) : loc(&objects), context(CurrentMemoryContext)
 	{
@@ -124,6 +129,15 @@ void prepare_insertion(Claims &c)
 	c.arbiters = list_make1_oid(c.loc->records_pkey);
 	c.insert = table_slot_create(c.rel, &c.estate->es_tupleTable);
 	MemoryContextSwitchTo(outer);
+}
+
+// Lets later claims in this transaction see what was inserted, as a new
+// command would.
+void make_visible(Claims &c)
+{
+	if (c.inserted)
+		CommandCounterIncrement();
+	c.inserted = false;
 }
 
 void close_claims(Claims &c)
@@ -306,9 +320,9 @@ Found insert_record(Claims &c, const RecordRef &ref, const NewRecord &record,
 			break;
 		}
 		if (insert_speculatively(c, ref, record)) {
-			// Let later claims in this transaction see it, as a new
-			// command would.
-			CommandCounterIncrement();
+			c.inserted = true;
+			if (!c.batch)
+				make_visible(c);
 			found = Found::inserted;
 			break;
 		}
@@ -373,7 +387,7 @@ bool try_claim(Claims &c, const RecordRef &ref, TimestampTz now, TimestampTz exp
 	*cache = CacheAnswer::unused;
 	uint64 generation = 0;
 	const uint64 *cache_from = NULL;
-	if (cache_usable()) {
+	if (!c.batch && cache_usable()) {
 		if (cache_lookup(loc, ref.id, now)) {
 			*cache = CacheAnswer::hit;
 			return false;
@@ -393,6 +407,7 @@ bool try_claim(Claims &c, const RecordRef &ref, TimestampTz now, TimestampTz exp
 		case Found::live:
 			return false;
 		case Found::expired:
+			make_visible(c); // the takeover's UPDATE sees the batch so far
 			if (take_over_expired(loc, ref, now, expires_at))
 				return true;
 			break; // someone renewed or purged it first: look again
@@ -493,9 +508,10 @@ bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expir
 }
 
 void records_try_insert_many(const RecordRef *refs, int n, TimestampTz now, TimestampTz expires_at,
-                             bool *first, CacheAnswer *cache)
+                             bool *first)
 {
 	Claims c(extension_objects());
+	c.batch = true;
 	// What one key's lookups and insertion allocate is freed before the
 	// next: a batch's memory does not grow with its size.
 	MemoryContext per_key =
@@ -503,11 +519,13 @@ void records_try_insert_many(const RecordRef *refs, int n, TimestampTz now, Time
 	for (int i = 0; i < n; i++) {
 		CHECK_FOR_INTERRUPTS();
 		MemoryContext outer = MemoryContextSwitchTo(per_key);
-		first[i] = try_claim(c, refs[i], now, expires_at, &cache[i]);
+		CacheAnswer unused;
+		first[i] = try_claim(c, refs[i], now, expires_at, &unused);
 		MemoryContextSwitchTo(outer);
 		MemoryContextReset(per_key);
 	}
 	MemoryContextDelete(per_key);
+	make_visible(c);
 	close_claims(c);
 }
 

@@ -59,11 +59,13 @@ bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expir
                         CacheAnswer *cache);
 
 // records_try_insert for each of refs[0..n), in that order, with the table
-// opened once: first[i] and cache[i] are what it answered for refs[i]. The
-// caller orders the keys (a batch in key id order never deadlocks with
-// another) and gives each at most once.
+// opened once: first[i] is what it answered for refs[i]. The caller orders
+// the keys (a batch in key id order never deadlocks with another) and gives
+// each at most once. A batch leaves the duplicate cache alone: its keys are
+// looked up in the table in one pass, and filling the cache from them would
+// take the cache's exclusive lock once per duplicate.
 void records_try_insert_many(const RecordRef *refs, int n, TimestampTz now, TimestampTz expires_at,
-                             bool *first, CacheAnswer *cache);
+                             bool *first);
 
 // Offers the duplicate cache the record of ref's key, if it is live at
 // `now`: for idem_begin, which has read and row-locked it (SELECT ... FOR

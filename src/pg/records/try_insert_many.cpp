@@ -124,8 +124,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_try_insert_many)
 	for (int i = 0; i < n; i++)
 		refs[i] = batch[i].ref;
 	bool *first = static_cast<bool *>(palloc(sizeof(bool) * n));
-	idem::CacheAnswer *cache = static_cast<idem::CacheAnswer *>(palloc(sizeof(*cache) * n));
-	idem::records_try_insert_many(refs, n, now, expires_at, first, cache);
+	idem::records_try_insert_many(refs, n, now, expires_at, first);
 
 	// A key repeated in the batch is a duplicate delivery, skipped.
 	idem::StatsDelta delta;
@@ -135,8 +134,6 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_try_insert_many)
 	int n_recorded = 0;
 	for (int i = 0; i < n; i++) {
 		delta.n[first[i] ? idem::stat_claims : idem::stat_duplicates]++;
-		delta.n[idem::stat_cache_hits] += cache[i] == idem::CacheAnswer::hit;
-		delta.n[idem::stat_cache_misses] += cache[i] == idem::CacheAnswer::miss;
 		if (first[i])
 			recorded[n_recorded++] = batch[i].position;
 	}

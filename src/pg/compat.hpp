@@ -125,16 +125,45 @@ inline TM_Result heap_update(Relation relation, ItemPointer otid, HeapTuple newt
 #endif
 }
 
+// Which indexes need entries for the version heap_update made: none (a HOT
+// update), all, or [16] only the summarizing ones (BRIN), after a HOT update
+// that changed a column only they index.
+enum class IndexEntries { none, all, summarizing };
+
+// heap_update that also says which indexes need entries for the new
+// version (on TM_Ok). Before 16 a HOT update needs none, and any other all.
+inline TM_Result heap_update(Relation relation, ItemPointer otid, HeapTuple newtup, CommandId cid,
+                             Snapshot crosscheck, bool wait, TM_FailureData *tmfd,
+                             LockTupleMode *lockmode, IndexEntries *entries)
+{
+#if PG_VERSION_NUM >= 160000
+	TU_UpdateIndexes update_indexes;
+	TM_Result result = ::heap_update(relation, otid, newtup, cid, crosscheck, wait, tmfd, lockmode,
+	                                 &update_indexes);
+	*entries = update_indexes == TU_All           ? IndexEntries::all
+	           : update_indexes == TU_Summarizing ? IndexEntries::summarizing
+	                                              : IndexEntries::none;
+#else
+	TM_Result result = ::heap_update(relation, otid, newtup, cid, crosscheck, wait, tmfd, lockmode);
+	*entries = HeapTupleIsHeapOnly(newtup) ? IndexEntries::none : IndexEntries::all;
+#endif
+	return result;
+}
+
 // [16] ExecInsertIndexTuples gained bool onlySummarizing (true after a HOT
-// update that changed a summarizing index's column). Here: every index.
+// update that changed a summarizing index's column). Here: every index,
+// unless `only_summarizing` (which heap_update's IndexEntries::summarizing
+// asks for, only on 16 and later).
 inline List *ExecInsertIndexTuples(ResultRelInfo *resultRelInfo, TupleTableSlot *slot,
                                    EState *estate, bool update, bool noDupErr, bool *specConflict,
-                                   List *arbiterIndexes)
+                                   List *arbiterIndexes, bool only_summarizing = false)
 {
 #if PG_VERSION_NUM >= 160000
 	return ::ExecInsertIndexTuples(resultRelInfo, slot, estate, update, noDupErr, specConflict,
-	                               arbiterIndexes, false);
+	                               arbiterIndexes, only_summarizing);
 #else
+	Assert(!only_summarizing);
+	(void)only_summarizing;
 	return ::ExecInsertIndexTuples(resultRelInfo, slot, estate, update, noDupErr, specConflict,
 	                               arbiterIndexes);
 #endif

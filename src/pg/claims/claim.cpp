@@ -664,19 +664,16 @@ void refuse_not_holder(const char *fn, const idem::RecordRef &ref, const Record 
 	            : errhint("Its claim has ended; this outcome is not recorded."));
 }
 
-// Ends the claim `values` name with `st`, an UPDATE whose WHERE matches
-// only the record in progress that the caller's token holds (key_id = $1
-// AND status = 'in_progress' AND claim_token = $2), or refuses, changing
-// nothing. Inside SPI.
-void end_held_claim(const char *fn, const idem::RecordRef &ref, idem::Statement *st, Datum *values,
-                    const char *nulls)
+// Ends the claim that the caller's token holds on ref's key as `end` says
+// (records_end_claim), or refuses, changing nothing.
+void end_held_claim(const char *fn, const idem::RecordRef &ref, const pg_uuid_t *token,
+                    const idem::ClaimEnd &end)
 {
-	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
-	uint64 ended = run(st, values, nulls, SPI_OK_UPDATE);
-	idem::cache_own_change_end(own);
-	if (ended == 0)
+	if (!idem::records_end_claim(ref, token, end)) {
+		if (SPI_connect() != SPI_OK_CONNECT)
+			elog(ERROR, "pg_idem: SPI_connect failed");
 		refuse_not_holder(fn, ref, read_record(ref, false));
-	idem::cache_invalidate(ref.id);
+	}
 	idem::claim_wake_at_commit(ref.id);
 }
 
@@ -810,29 +807,15 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_complete_0_3)
 	idem::RecordRef ref = begin_ref(fn, fcinfo, caller);
 	const pg_uuid_t *token = token_arg(fn, fcinfo, 2, ref);
 	Interval scope_ttl = idem::scope_ttl(idem::scope_settings(ref.scope));
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "pg_idem: SPI_connect failed");
-	Oid types[] = {BYTEAOID, UUIDOID, JSONBOID, TIMESTAMPTZOID, INTERVALOID};
-	idem::Statement *st =
-	    prepare("claim:complete",
-	            "UPDATE %s SET status = 'completed', result = $3, recorded_at = $4, "
-	            "expires_at = $4 OPERATOR(pg_catalog.+) COALESCE(ttl, $5), "
-	            "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
-	            "claim_token = NULL, last_error = NULL "
-	            "WHERE key_id OPERATOR(pg_catalog.=) $1 "
-	            "AND status OPERATOR(pg_catalog.=) 'in_progress' "
-	            "AND claim_token OPERATOR(pg_catalog.=) $2",
-	            5, types);
-	Datum values[] = {PointerGetDatum(ref.id), UUIDPGetDatum(token),
-	                  PG_ARGISNULL(3) ? 0 : PG_GETARG_DATUM(3), TimestampTzGetDatum(now),
-	                  IntervalPGetDatum(&scope_ttl)};
-	char nulls[] = "     ";
-	if (PG_ARGISNULL(3))
-		nulls[2] = 'n';
-	end_held_claim(fn, ref, st, values, nulls);
-	SPI_finish();
+	idem::ClaimEnd end;
+	memset(&end, 0, sizeof end);
+	end.status = idem::extension_objects().status_completed;
+	end.recorded_at = GetCurrentTimestamp();
+	end.ttl = &scope_ttl;
+	end.set_result = true;
+	end.result = PG_ARGISNULL(3) ? 0 : PointerGetDatum(PG_DETOAST_DATUM(PG_GETARG_DATUM(3)));
+	end.clear_last_error = true;
+	end_held_claim(fn, ref, token, end);
 	idem::stats_count(ref.scope, idem::stat_completions);
 	PG_RETURN_VOID();
 }
@@ -900,26 +883,13 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_release)
 	idem::RecordRef ref = begin_ref(fn, fcinfo, caller);
 	const pg_uuid_t *token = token_arg(fn, fcinfo, 2, ref);
 	Interval scope_ttl = idem::scope_ttl(idem::scope_settings(ref.scope));
-	TimestampTz now = GetCurrentTimestamp();
-
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "pg_idem: SPI_connect failed");
-	Oid types[] = {BYTEAOID, UUIDOID, TIMESTAMPTZOID, INTERVALOID};
-	idem::Statement *st =
-	    prepare("claim:release",
-	            "UPDATE %s SET status = 'failed', "
-	            "attempt_base = attempt_base OPERATOR(pg_catalog.+) 1, recorded_at = $3, "
-	            "expires_at = $3 OPERATOR(pg_catalog.+) COALESCE(ttl, $4), "
-	            "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
-	            "claim_token = NULL "
-	            "WHERE key_id OPERATOR(pg_catalog.=) $1 "
-	            "AND status OPERATOR(pg_catalog.=) 'in_progress' "
-	            "AND claim_token OPERATOR(pg_catalog.=) $2",
-	            4, types);
-	Datum values[] = {PointerGetDatum(ref.id), UUIDPGetDatum(token), TimestampTzGetDatum(now),
-	                  IntervalPGetDatum(&scope_ttl)};
-	end_held_claim(fn, ref, st, values, NULL);
-	SPI_finish();
+	idem::ClaimEnd end;
+	memset(&end, 0, sizeof end);
+	end.status = idem::extension_objects().status_failed;
+	end.recorded_at = GetCurrentTimestamp();
+	end.ttl = &scope_ttl;
+	end.release = true;
+	end_held_claim(fn, ref, token, end);
 	PG_RETURN_VOID();
 }
 

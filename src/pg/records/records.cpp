@@ -52,6 +52,7 @@ extern "C" {
 #include "utils/fmgroids.h"
 #include "utils/rel.h"
 #include "utils/snapmgr.h"
+#include "utils/timestamp.h"
 }
 
 #include "core/record_key.hpp"
@@ -93,8 +94,9 @@ struct Claims {
 	EState *estate = NULL;
 	ResultRelInfo *rri = NULL;
 	List *arbiters = NIL;
-	TupleTableSlot *insert = NULL; // the record being inserted
-	MemoryContext context;         // where the above live
+	TupleTableSlot *insert = NULL;  // the record being inserted
+	TupleTableSlot *updated = NULL; // a new version, for its index entries
+	MemoryContext context;          // where the above live
 	// A batch's claims: the duplicate cache is left alone, and the
 	// insertions are made visible by one CommandCounterIncrement at the
 	// end, not one each.
@@ -128,6 +130,8 @@ void prepare_insertion(Claims &c)
 	ExecOpenIndices(c.rri, true);
 	c.arbiters = list_make1_oid(c.loc->records_pkey);
 	c.insert = table_slot_create(c.rel, &c.estate->es_tupleTable);
+	c.updated =
+	    ExecAllocTableSlot(&c.estate->es_tupleTable, RelationGetDescr(c.rel), &TTSOpsHeapTuple);
 	MemoryContextSwitchTo(outer);
 }
 
@@ -444,6 +448,88 @@ void report_key_check(const char *fn, KeyCheck check, size_t scope_len, size_t k
 	}
 }
 
+// The version of ref's record that `snapshot` sees, into c.holder.
+bool find_visible(Claims &c, const RecordRef &ref, Snapshot snapshot)
+{
+	ScanKeyData skey;
+	ScanKeyInit(&skey, 1, BTEqualStrategyNumber, F_BYTEAEQ, PointerGetDatum(ref.id));
+	IndexScanDesc scan = compat::index_beginscan(c.rel, c.pkey, snapshot, 1, 0);
+	index_rescan(scan, &skey, 1, NULL, 0);
+	bool found = index_getnext_slot(scan, ForwardScanDirection, c.holder);
+	index_endscan(scan);
+	return found;
+}
+
+// Whether the record in c.holder is a claim in progress held by `token`.
+bool held_by(const Claims &c, const pg_uuid_t *token)
+{
+	bool isnull;
+	if (DatumGetObjectId(slot_getattr(c.holder, col_status, &isnull)) != c.loc->status_in_progress)
+		return false;
+	Datum held = slot_getattr(c.holder, col_claim_token, &isnull);
+	return !isnull && memcmp(DatumGetUUIDP(held)->data, token->data, UUID_LEN) == 0;
+}
+
+// The record in c.holder, ended as `end` says.
+HeapTuple ended_record(const Claims &c, const ClaimEnd &end)
+{
+	bool isnull;
+	Datum own_ttl = slot_getattr(c.holder, col_ttl, &isnull);
+	const Interval *ttl = isnull ? end.ttl : DatumGetIntervalP(own_ttl);
+	Datum expires_at =
+	    DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(end.recorded_at),
+	                        IntervalPGetDatum(const_cast<Interval *>(ttl)));
+	int cols[9];
+	Datum values[9];
+	bool nulls[9];
+	int n = 0;
+	auto set = [&](RecordColumn col, Datum value, bool null) {
+		cols[n] = col;
+		values[n] = value;
+		nulls[n] = null;
+		n++;
+	};
+	set(col_status, ObjectIdGetDatum(end.status), false);
+	set(col_recorded_at, TimestampTzGetDatum(end.recorded_at), false);
+	set(col_expires_at, expires_at, false);
+	set(col_lease_expires_at, 0, true);
+	set(col_holder_pid, 0, true);
+	set(col_holder_started_at, 0, true);
+	set(col_claim_token, 0, true);
+	if (end.set_result)
+		set(col_result, end.result, end.result == 0);
+	if (end.clear_last_error)
+		set(col_last_error, 0, true);
+	if (end.release) {
+		int32 base = DatumGetInt32(slot_getattr(c.holder, col_attempt_base, &isnull));
+		set(col_attempt_base, Int32GetDatum(base + 1), false);
+	}
+	bool should_free;
+	HeapTuple current = ExecFetchSlotHeapTuple(c.holder, false, &should_free);
+	HeapTuple row =
+	    heap_modify_tuple_by_cols(current, RelationGetDescr(c.rel), n, cols, values, nulls);
+	if (should_free)
+		heap_freetuple(current);
+	return row;
+}
+
+// Gives the new version `row` (at row->t_self) the index entries that
+// `entries` asks for, as ExecUpdate does.
+void index_new_version(Claims &c, HeapTuple row, compat::IndexEntries entries)
+{
+	if (entries == compat::IndexEntries::none)
+		return;
+	prepare_insertion(c);
+	ExecStoreHeapTuple(row, c.updated, false);
+	// update = false: true only hints the index AM that the key did not
+	// change (bottom-up deletion), and reads the range table's updated
+	// columns, which this executor state has not.
+	list_free(compat::ExecInsertIndexTuples(c.rri, c.updated, c.estate, false, false, NULL, NIL,
+	                                        entries == compat::IndexEntries::summarizing));
+	ExecClearTuple(c.updated);
+	ResetPerTupleExprContext(c.estate);
+}
+
 } // namespace
 
 void check_record_scope(const char *fn, text *scope)
@@ -478,6 +564,67 @@ bool records_insert(const RecordRef &ref, const NewRecord &record)
 	bool inserted = insert_record(c, ref, record) == Found::inserted;
 	close_claims(c);
 	return inserted;
+}
+
+bool records_end_claim(const RecordRef &ref, const pg_uuid_t *token, const ClaimEnd &end)
+{
+	Claims c(extension_objects());
+	open_table(c);
+	if (!records_layout_as_installed(RelationGetDescr(c.rel), *c.loc))
+		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+		        errmsg("%s is not as pg_idem made it", c.loc->records_name),
+		        errdetail("pg_idem writes its records below SQL, by column number."),
+		        errhint("Run ALTER EXTENSION pg_idem UPDATE, or undo the change to the table."));
+	bool ended = false;
+	for (int round = 0;; round++) {
+		if (round == max_rounds)
+			elog(ERROR, "pg_idem: could not settle the state of a key after %d rounds", max_rounds);
+		// The statement's view, as an UPDATE would take it: this
+		// transaction's earlier changes included.
+		CommandCounterIncrement();
+		PushActiveSnapshot(GetTransactionSnapshot());
+		UpdateActiveSnapshotCommandId();
+		bool held = find_visible(c, ref, GetActiveSnapshot()) && held_by(c, token);
+		TM_Result result = TM_Ok;
+		if (held) {
+			HeapTuple row = ended_record(c, end);
+			ItemPointerData old = c.holder->tts_tid;
+			TM_FailureData failure;
+			LockTupleMode lockmode;
+			compat::IndexEntries entries;
+			result = compat::heap_update(c.rel, &old, row, GetCurrentCommandId(true),
+			                             InvalidSnapshot, true, &failure, &lockmode, &entries);
+			switch (result) {
+			case TM_Ok:
+				index_new_version(c, row, entries);
+				ended = true;
+				break;
+			case TM_Updated:
+			case TM_Deleted:
+				// Changed (or purged) by a transaction that committed:
+				// READ COMMITTED reads the record again, as UPDATE's
+				// recheck would; the others fail as UPDATE does.
+				if (IsolationUsesXactSnapshot())
+					ereport(ERROR, errcode(ERRCODE_T_R_SERIALIZATION_FAILURE),
+					        errmsg("could not serialize access due to concurrent update"));
+				break;
+			default:
+				elog(ERROR, "pg_idem: unexpected outcome of a claim's update: %d", int(result));
+			}
+			heap_freetuple(row);
+		}
+		ExecClearTuple(c.holder);
+		PopActiveSnapshot();
+		if (!held || result == TM_Ok)
+			break;
+		CHECK_FOR_INTERRUPTS();
+	}
+	close_claims(c);
+	if (ended) {
+		CommandCounterIncrement();
+		cache_invalidate(ref.id);
+	}
+	return ended;
 }
 
 void records_offer_to_cache(const RecordRef &ref, TimestampTz now, uint64 generation)

@@ -67,6 +67,26 @@ bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expir
 void records_try_insert_many(const RecordRef *refs, int n, TimestampTz now, TimestampTz expires_at,
                              bool *first);
 
+// How ending a claim changes its record (idem_complete, idem_release).
+struct ClaimEnd {
+	Oid status; // a label of idem_status: completed, or failed for a release
+	TimestampTz recorded_at;
+	const Interval *ttl; // the record lives from recorded_at for its own ttl, else this
+	bool set_result;     // result becomes `result` (0: NULL); else it is kept
+	Datum result;        // jsonb, detoasted
+	bool clear_last_error;
+	bool release; // attempt_base + 1: the released attempt stops counting
+};
+
+// Ends the claim that `token` holds on ref's key, if the key's record is in
+// progress with that token: below SQL, as UPDATE ... WHERE key_id = ... AND
+// status = 'in_progress' AND claim_token = ... would (a concurrent change of
+// the record is waited for and the record read again; in REPEATABLE READ
+// and SERIALIZABLE it is a serialization failure, 40001), through the
+// primary key, firing no trigger; the duplicate cache forgets the key.
+// Returns false, writing nothing, when the token holds no claim on the key.
+bool records_end_claim(const RecordRef &ref, const pg_uuid_t *token, const ClaimEnd &end);
+
 // Offers the duplicate cache the record of ref's key, if it is live at
 // `now`: for idem_begin, which has read and row-locked it (SELECT ... FOR
 // UPDATE) and is about to report it completed. `generation` is

@@ -6,7 +6,7 @@ CREATE ROLE regress_team_a;
 CREATE ROLE regress_team_b;
 CREATE ROLE regress_alice;
 GRANT EXECUTE ON FUNCTION
-    idem_try_insert(text, text, interval),
+    idem_try_insert(text, text, interval), idem_try_insert_many(text, text[], interval),
     idem_begin(text, text, interval, text, interval, boolean, interval),
     idem_complete(text, text, uuid, jsonb), idem_fail(text, text, uuid, text, boolean),
     idem_release(text, text, uuid), idem_lookup(text, text),
@@ -14,6 +14,7 @@ GRANT EXECUTE ON FUNCTION
     idem_retry(text, text), idem_forget(text, text), idem_reconcile(text, integer),
     idem_purge(integer), idem_purge_status(),
     idem_advance(text, integer, bigint, integer), idem_position(text, integer),
+    idem_advance_many(text, integer, bigint[], integer),
     idem_reset_stream(text, integer), idem_grant(text, text), idem_revoke(text, text)
 TO regress_team_a, regress_team_b;
 GRANT SELECT ON idem_in_flight, idem_dead_letters, idem_stream_positions
@@ -64,6 +65,8 @@ SELECT pg_sleep(0.01);
 SET ROLE regress_team_b;
 SELECT idem_try_insert('payments_a', 'order-3', '30 days');
 \echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idem_try_insert_many('payments_a', ARRAY['order-1', 'order-7']);
+\echo :LAST_ERROR_SQLSTATE
 SELECT (idem_begin('payments_a', 'order-2')).result;
 \echo :LAST_ERROR_SQLSTATE
 SELECT * FROM idem_begin('payments_a', 'order-9');
@@ -86,6 +89,8 @@ SELECT * FROM idem_reconcile('payments_a');
 \echo :LAST_ERROR_SQLSTATE
 SELECT idem_advance('payments_a', 0, 11);
 \echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idem_advance_many('payments_a', 0, ARRAY[11, 12]);
+\echo :LAST_ERROR_SQLSTATE
 SELECT idem_position('payments_a', 0);
 \echo :LAST_ERROR_SQLSTATE
 SELECT idem_reset_stream('payments_a');
@@ -107,6 +112,8 @@ END $$;
 SELECT count(*) FROM idem_in_flight WHERE pg_temp.peek(scope, key);
 -- team_b works in its own scope.
 SELECT idem_try_insert('payments_b', 'order-1') AS own_scope;
+SELECT * FROM idem_try_insert_many('payments_b', ARRAY['order-1', 'order-2']) AS own_scope_batch;
+SELECT * FROM idem_advance_many('payments_b', 0, ARRAY[1, 2]) AS own_stream_batch;
 RESET ROLE;
 
 -- What team_b tried changed nothing of team_a's: its expired record and

@@ -326,6 +326,10 @@ int reconcile_expired_leases(const text *scope, int max_rows, Oid caller, Reconc
 	int n;
 	Candidate *candidates = select_candidates(objects, scope, max_rows, caller, &n);
 
+	// The status is compared as text: a condition the planner cannot match
+	// to the partial index idem_records_in_flight, which it would scan
+	// whole, every claim in flight for each one settled, instead of
+	// probing the primary key.
 	Oid update_types[] = {BYTEAOID, INT4OID, objects.status_type, TIMESTAMPTZOID, INTERVALOID};
 	Statement *update =
 	    statement_for("reconcile:update", objects.records, objects.records_name,
@@ -336,7 +340,7 @@ int reconcile_expired_leases(const text *scope, int max_rows, Oid caller, Reconc
 	                  "last_error = CASE WHEN $3 OPERATOR(pg_catalog.=) 'completed' "
 	                  "THEN last_error ELSE 'reconciled: the effect did not happen' END "
 	                  "WHERE key_id OPERATOR(pg_catalog.=) $1 "
-	                  "AND status OPERATOR(pg_catalog.=) 'in_progress' "
+	                  "AND status::pg_catalog.text OPERATOR(pg_catalog.=) 'in_progress' "
 	                  "AND attempts OPERATOR(pg_catalog.=) $2",
 	                  5, update_types);
 

@@ -98,9 +98,12 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_forget)
 	                     ref);
 	if (n > 0)
 		idem::cache_invalidate(ref.id);
+	// The status as text, as in reconcile.cpp: the primary key's probe,
+	// not a scan of idem_records_in_flight.
 	if (n == 0 && on_record("operator:in_progress",
 	                        "SELECT 1 FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1 "
-	                        "AND status OPERATOR(pg_catalog.=) 'in_progress' FOR UPDATE",
+	                        "AND status::pg_catalog.text OPERATOR(pg_catalog.=) 'in_progress' "
+	                        "FOR UPDATE",
 	                        ref) > 0)
 		ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
 		        errmsg("%s: key \"%s\" in scope \"%s\" is in progress", fn,

@@ -11,7 +11,7 @@ namespace idem
 {
 
 int batch_elements(const char *fn, const char *what, ArrayType *array, Oid element_type,
-                   Datum **elements)
+                   Datum **elements, bool **nulls)
 {
 	if (ARR_NDIM(array) > 1)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -29,15 +29,16 @@ int batch_elements(const char *fn, const char *what, ArrayType *array, Oid eleme
 	bool typbyval;
 	char typalign;
 	get_typlenbyvalalign(element_type, &typlen, &typbyval, &typalign);
-	bool *nulls;
 	int n;
-	deconstruct_array(array, element_type, typlen, typbyval, typalign, elements, &nulls, &n);
-	for (int i = 0; i < n; i++)
-		if (nulls[i])
-			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			        errmsg("%s: %s must not contain null", fn, what),
-			        errdetail("Element %d of the batch is null.", i + 1));
+	deconstruct_array(array, element_type, typlen, typbyval, typalign, elements, nulls, &n);
 	return n;
+}
+
+void batch_null_element(const char *fn, const char *what, int i)
+{
+	ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+	        errmsg("%s: %s must not contain null", fn, what),
+	        errdetail("Element %d of the batch is null.", i + 1));
 }
 
 } // namespace idem

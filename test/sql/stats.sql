@@ -25,6 +25,11 @@ BEGIN;
 SELECT idem_try_insert('stats-a', 'k3');
 ROLLBACK;
 
+-- idem_try_insert_many: each key counts, a claim or a duplicate (a key
+-- repeated in the batch too): stats-m has 3 claims and 2 duplicates.
+SELECT count(*) AS recorded FROM idem_try_insert_many('stats-m', ARRAY['k1', 'k2', 'k1']);
+SELECT count(*) AS recorded FROM idem_try_insert_many('stats-m', ARRAY['k2', 'k3']);
+
 -- The claim protocol: acquired, in progress, completed, a takeover of an
 -- expired lease, failures, a dead letter.
 SELECT status, attempt FROM idem_begin('stats-b', 'p1');

@@ -72,10 +72,6 @@ SELECT count(*) AS recorded
 FROM idem_try_insert_many('many_large', ARRAY(SELECT 'k' || (i % 5000) FROM generate_series(1, 10000) i));
 SELECT count(*) AS records FROM idem_records WHERE scope = 'many_large';
 
--- The statistics count each key: recorded, or a duplicate (repeats too).
-SELECT claims, duplicates FROM idem_stats()
-WHERE scope = 'many' AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database());
-
 -- Bad input: a clear error, and nothing written (the good keys before a
 -- bad one neither).
 SELECT * FROM idem_try_insert_many(NULL, ARRAY['k']);

@@ -348,9 +348,12 @@ void advance(const char *fn, const StreamPart &sp, const Positions &batch, int32
 Positions batch_positions(const char *fn, ArrayType *positions)
 {
 	Datum *elems;
-	int n = idem::batch_elements(fn, "positions", positions, INT8OID, &elems);
+	bool *nulls;
+	int n = idem::batch_elements(fn, "positions", positions, INT8OID, &elems, &nulls);
 	int64 *position = static_cast<int64 *>(palloc(sizeof(int64) * n));
 	for (int i = 0; i < n; i++) {
+		if (nulls[i])
+			idem::batch_null_element(fn, "positions", i);
 		position[i] = DatumGetInt64(elems[i]);
 		if (position[i] < 0)
 			ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),

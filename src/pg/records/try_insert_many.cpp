@@ -75,7 +75,8 @@ void key_context(void *arg)
 int batch_keys(text *scope, ArrayType *keys, BatchKey **out, int *given_out)
 {
 	Datum *elems;
-	int n = idem::batch_elements(fn, "keys", keys, TEXTOID, &elems);
+	bool *nulls;
+	int n = idem::batch_elements(fn, "keys", keys, TEXTOID, &elems, &nulls);
 	BatchKey *batch = static_cast<BatchKey *>(palloc(sizeof(BatchKey) * n));
 	int position = 0;
 	ErrorContextCallback context;
@@ -85,6 +86,8 @@ int batch_keys(text *scope, ArrayType *keys, BatchKey **out, int *given_out)
 	error_context_stack = &context;
 	for (int i = 0; i < n; i++) {
 		position = i + 1;
+		if (nulls[i])
+			idem::batch_null_element(fn, "keys", i);
 		batch[i].ref = idem::record_ref(fn, scope, DatumGetTextPP(elems[i]));
 		batch[i].position = position;
 	}

@@ -21,6 +21,7 @@ OBJS = $(CORE_OBJS) \
 	src/pg/plan_cache.o \
 	src/pg/records/records.o \
 	src/pg/records/records_layout.o \
+	src/pg/records/record_indexes.o \
 	src/pg/records/try_insert.o \
 	src/pg/records/operator_tools.o \
 	src/pg/scopes/scopes.o \

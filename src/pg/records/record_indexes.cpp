@@ -19,6 +19,14 @@
 // one row to the next. Index expressions are not prepared here:
 // FormIndexDatum prepares them in the call's copy, as before.
 //
+// A partial index whose predicate the new tuple fails is not opened at all
+// (idem_records_in_flight, for every record idem_try_insert writes): the
+// tuple makes no entry in it, and what could change the index meanwhile
+// (DROP INDEX, REINDEX, CREATE INDEX CONCURRENTLY's steps) also waits for
+// or is waited for by the ROW EXCLUSIVE lock the caller holds on the table;
+// its predicate cannot change. The tuple's predicate is evaluated again by
+// ExecInsertIndexTuples for the partial indexes it does go into.
+//
 // Which indexes, and the IndexInfos, are those of the relcache when they
 // were made: any relcache invalidation of the relation (a new or dropped
 // index, an index made ready by CREATE INDEX CONCURRENTLY), of one of its
@@ -107,7 +115,7 @@ void make(Relation rel)
 
 } // namespace
 
-void open_record_indexes(ResultRelInfo *rri, Relation pkey)
+void open_record_indexes(ResultRelInfo *rri, Relation pkey, TupleTableSlot *slot, EState *estate)
 {
 	Relation rel = rri->ri_RelationDesc;
 	rri->ri_NumIndices = 0;
@@ -119,17 +127,23 @@ void open_record_indexes(ResultRelInfo *rri, Relation pkey)
 		return;
 	RelationPtr descs = static_cast<RelationPtr>(palloc(sizeof(Relation) * count));
 	IndexInfo **call_infos = static_cast<IndexInfo **>(palloc(sizeof(IndexInfo *) * count));
+	ExprContext *econtext = GetPerTupleExprContext(estate);
+	econtext->ecxt_scantuple = slot;
+	int n = 0;
 	for (int i = 0; i < count; i++) {
-		descs[i] = index_oids[i] == RelationGetRelid(pkey)
+		if (infos[i]->ii_PredicateState != NULL && !ExecQual(infos[i]->ii_PredicateState, econtext))
+			continue;
+		descs[n] = index_oids[i] == RelationGetRelid(pkey)
 		               ? pkey
 		               : index_open(index_oids[i], RowExclusiveLock);
 		IndexInfo *info = static_cast<IndexInfo *>(palloc(sizeof(IndexInfo)));
 		*info = *infos[i];
 		info->ii_Context = CurrentMemoryContext;
 		info->ii_AmCache = NULL;
-		call_infos[i] = info;
+		call_infos[n++] = info;
 	}
-	rri->ri_NumIndices = count;
+	ResetExprContext(econtext);
+	rri->ri_NumIndices = n;
 	rri->ri_IndexRelationDescs = descs;
 	rri->ri_IndexRelationInfo = call_infos;
 }

@@ -153,10 +153,6 @@ bool insert_speculatively(const ExtensionObjects &loc, Relation rel, Relation pk
 	EState *estate = CreateExecutorState();
 	ResultRelInfo *rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(rri, rel, 1, NULL, 0);
-	// As ExecOpenIndices(rri, false), made cheaper (record_indexes.cpp).
-	// Not speculative, which only adds what ExecCheckIndexConstraints
-	// needs: find_holder is our pre-check.
-	open_record_indexes(rri, pkey);
 	List *arbiters = list_make1_oid(loc.records_pkey);
 
 	TupleTableSlot *slot = table_slot_create(rel, &estate->es_tupleTable);
@@ -201,6 +197,10 @@ bool insert_speculatively(const ExtensionObjects &loc, Relation rel, Relation pk
 			set(col_ttl, IntervalPGetDatum(record.ttl));
 	}
 	ExecStoreVirtualTuple(slot);
+	// As ExecOpenIndices(rri, false), made cheaper (record_indexes.cpp).
+	// Not speculative, which only adds what ExecCheckIndexConstraints
+	// needs: find_holder is our pre-check.
+	open_record_indexes(rri, pkey, slot, estate);
 
 	TransactionId xid = GetCurrentTransactionId();
 	uint32 token = SpeculativeInsertionLockAcquire(xid);

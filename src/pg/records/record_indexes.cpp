@@ -77,7 +77,8 @@ void forget(Oid relid)
 
 // Makes the IndexInfos of `rel`'s indexes. Opening an index can process
 // invalidations: if one arrives meanwhile, what is made serves this call,
-// and the next makes them again.
+// and the next makes them again. They stay stale until they are complete,
+// so that an error half way leaves nothing that a later call would use.
 void make(Relation rel)
 {
 	if (context == NULL)
@@ -86,7 +87,7 @@ void make(Relation rel)
 	MemoryContextReset(context);
 	table = RelationGetRelid(rel);
 	count = 0;
-	stale = false;
+	stale = true;
 	uint64 before = invalidations;
 	MemoryContext caller = MemoryContextSwitchTo(context);
 	List *oids = RelationGetIndexList(rel);
@@ -109,8 +110,7 @@ void make(Relation rel)
 		count++;
 	}
 	MemoryContextSwitchTo(caller);
-	if (invalidations != before)
-		stale = true;
+	stale = invalidations != before;
 }
 
 } // namespace

@@ -22,6 +22,7 @@ OBJS = $(CORE_OBJS) \
 	src/pg/batches.o \
 	src/pg/records/records.o \
 	src/pg/records/records_layout.o \
+	src/pg/records/record_indexes.o \
 	src/pg/records/try_insert.o \
 	src/pg/records/try_insert_many.o \
 	src/pg/records/operator_tools.o \

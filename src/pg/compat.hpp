@@ -150,6 +150,21 @@ inline TM_Result heap_update(Relation relation, ItemPointer otid, HeapTuple newt
 	return result;
 }
 
+// [17] Index AMs may keep state for the insertions of one statement in
+// IndexInfo.ii_AmCache and release it in aminsertcleanup, which
+// ExecCloseIndices calls through index_insert_cleanup (BRIN keeps its
+// revision map there, with a buffer pin). Before 17 there is nothing to
+// clean up.
+inline void index_insert_cleanup(Relation index, IndexInfo *info)
+{
+#if PG_VERSION_NUM >= 170000
+	::index_insert_cleanup(index, info);
+#else
+	(void)index;
+	(void)info;
+#endif
+}
+
 // [16] ExecInsertIndexTuples gained bool onlySummarizing (true after a HOT
 // update that changed a summarizing index's column). Here: every index,
 // unless `only_summarizing` (which heap_update's IndexEntries::summarizing

@@ -16,6 +16,7 @@ extern "C" {
 #include "pg/guard.hpp"
 #include "pg/purge/purge_status.hpp"
 #include "pg/purge/purge_worker.hpp"
+#include "pg/records/record_indexes.hpp"
 #include "pg/scopes/scope_grants.hpp"
 #include "pg/scopes/scopes.hpp"
 #include "pg/settings.hpp"
@@ -192,6 +193,7 @@ static void initialize()
 	idem::plan_cache_register_callbacks();
 	idem::scopes_register_callbacks();
 	idem::scope_grants_register_callbacks();
+	idem::record_indexes_register_callbacks();
 
 	// Only while preloading (shared_preload_libraries): shared memory, the
 	// purge worker and the duplicate cache's hooks, and their settings.

@@ -41,7 +41,8 @@
 //     never cached, so a collision still reaches the table's scope and key
 //     comparison and raises its error,
 //   - the key's invalidation counter, read before the table lookup, is
-//     unchanged when the entry is inserted (checked under the EXCLUSIVE lock).
+//     unchanged when the entry is inserted (checked under the EXCLUSIVE lock
+//     of the key's partition).
 //     Counters are per partition of database and key hash, so a change of
 //     another key only refuses an insertion when it falls in the same one of
 //     the `generations` partitions.
@@ -75,15 +76,15 @@
 // Invalidation. Every C path that changes or deletes a record (idem_forget,
 // idem_retry, takeovers in idem_try_insert and idem_begin, idem_begin's
 // dead marking, idem_complete, idem_fail, reconciliation, purge) calls
-// cache_invalidate after its modification: under EXCLUSIVE it drops the
-// key's entry and bumps the key's counter. A populate that read the table before
-// the modification sees the bump and refuses; one whose entry got in before
-// is removed; one that reads after it sees the xmax (or, after the modifier
-// commits, the new version, which is then the truth; idem_begin's locking
-// read waits for that commit). A prepared transaction's change leaves its
-// xmax in the tuple, so nothing is cached until it resolves. Plain SQL DML
-// on idem_records (also through a parent table, or replicated) goes
-// through the row triggers (duplicate_cache_triggers.cpp, docs/internals): the
+// cache_invalidate after its modification: under the EXCLUSIVE lock of the
+// key's partition it drops the key's entry and bumps the key's counter. A
+// populate that read the table before the modification sees the bump and
+// refuses; one whose entry got in before is removed; one that reads after
+// it sees the xmax (or, after the modifier commits, the new version, which
+// is then the truth; idem_begin's locking read waits for that commit). A
+// prepared transaction's change leaves its xmax in the tuple, so nothing is
+// cached until it resolves. Plain SQL DML on idem_records (also through a parent table, or
+// replicated) goes through the row triggers (duplicate_cache_triggers.cpp, docs/internals): the
 // AFTER one invalidates each changed key after its change, and the BEFORE
 // one keeps the changing transaction off the cache until it ends, since it
 // could otherwise meet an entry between a row's change and the end of the
@@ -108,8 +109,17 @@
 // them in. Nothing is allocated after start. Shared memory is rebuilt after
 // a crash, so the cache starts empty after any restart.
 //
-// Locking: shared->lock (tranche "pg_idem duplicate cache") EXCLUSIVE for
-// insertion, removal and eviction; lookups take no lock. Each bucket has a
+// Locking: the buckets are split into lock_partitions partitions, each with
+// an LWLock of the tranche "pg_idem duplicate cache" (a bucket's partition
+// is its index modulo lock_partitions, lock_of). Insertion, removal and
+// eviction in a bucket take its partition's lock EXCLUSIVE; lookups take no
+// lock. Every change that concerns one key (its insertion, its
+// invalidation, the eviction of its stale entry) is in that key's bucket,
+// so the changes of one key are ordered by one lock, as they were when the
+// whole cache had one: fillers of keys in other partitions no longer wait
+// for each other (with one lock, the insertions of the duplicates the
+// table answered queued on it). A bump of an epoch, which concerns every
+// key of a database, takes every partition's lock, in order. Each bucket has a
 // version, in its tag line, that a writer makes odd before it changes the
 // bucket's tags or entries and even again after (a seqlock, as
 // PgBackendStatus's changecount): a lookup reads the version, then the tags
@@ -121,10 +131,12 @@
 // result lengths) so that torn values cannot overrun anything. A lookup
 // first reads its bucket's tags (may_hold) and misses at once if none is
 // its key's. The reference bit is atomic. The counters and epochs are
-// atomics, bumped under EXCLUSIVE, read without the lock (a counter before
-// a table lookup, followed by a barrier, and again under EXCLUSIVE before
-// an insertion). Nothing that can raise an error (detoasting, palloc) runs
-// under the lock.
+// atomics, bumped under EXCLUSIVE (a counter under the lock of the
+// partition of the key it is bumped for: keys of other partitions that
+// share it bump it under theirs, which only refuses insertions), read
+// without a lock (a counter before a table lookup, followed by a barrier,
+// and again under the key's partition's lock before an insertion). Nothing
+// that can raise an error (detoasting, palloc) runs under a lock.
 extern "C" {
 #include "postgres.h"
 
@@ -162,6 +174,10 @@ namespace
 
 constexpr const char tranche_name[] = "pg_idem duplicate cache";
 constexpr int ways = 8;
+// Partitions of the buckets, each with its lock (file header). A bump of an
+// epoch holds them all at once, well below PostgreSQL's limit of LWLocks
+// held together (MAX_SIMUL_LWLOCKS, 200).
+constexpr int lock_partitions = 32;
 // Invalidation counters, one per partition of (database, key hash): keys
 // that share one only cost each other refused insertions.
 constexpr int generations = 1024;
@@ -209,13 +225,13 @@ struct BucketTags {
 constexpr Size tag_line_size = TYPEALIGN(PG_CACHE_LINE_SIZE, sizeof(BucketTags));
 
 struct SharedCache {
-	LWLock *lock;
+	LWLockPadded *locks; // lock_partitions of them
 	int buckets;
 	Size replay_size;
 	Size result_size; // pg_idem.cache_result_size, as the table was built
 	pg_atomic_uint64 generation[generations];
-	// Table epochs (file header), shared the same way; bumped under
-	// EXCLUSIVE, read under either lock.
+	// Table epochs (file header), shared the same way; bumped under every
+	// partition's lock, read under any or none.
 	pg_atomic_uint64 epoch[epochs];
 	// From the first cache line boundary on: every bucket's tag line, then
 	// every bucket's entries, then their EntryReplays.
@@ -303,6 +319,12 @@ char *result_of(EntryReplay *r)
 	return reinterpret_cast<char *>(r) + sizeof(EntryReplay);
 }
 
+// The lock of the partition of the bucket of `hash` (file header).
+LWLock *lock_of(uint64 hash)
+{
+	return &shared->locks[bucket_index(hash) % lock_partitions].lock;
+}
+
 BucketTags *bucket_tags(uint64 hash)
 {
 	return reinterpret_cast<BucketTags *>(tag_lines + bucket_index(hash) * tag_line_size);
@@ -314,7 +336,8 @@ uint32 *tags_of_bucket(uint64 hash)
 	return bucket_tags(hash)->tag;
 }
 
-// Under EXCLUSIVE, around every change of a bucket's tags or entries.
+// Under lock_of(hash) EXCLUSIVE, around every change of a bucket's tags or
+// entries.
 void begin_change(uint64 hash)
 {
 	BucketTags *b = bucket_tags(hash);
@@ -372,7 +395,7 @@ bool may_hold(uint64 hash)
 	return false;
 }
 
-// Under EXCLUSIVE: drops the entry of (dbid, id), if any.
+// Under lock_of(hash) EXCLUSIVE: drops the entry of (dbid, id), if any.
 void remove_locked(Oid dbid, uint64 hash, const bytea *id)
 {
 	int slot = find_slot(dbid, hash, id);
@@ -462,7 +485,7 @@ bool lookup(const ExtensionObjects &loc, const bytea *id, uint64 hash, Timestamp
 	if (stale) {
 		// Made from another idem_records, or before it was emptied:
 		// evict.
-		LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+		LWLockAcquire(lock_of(hash), LW_EXCLUSIVE);
 		epoch = pg_atomic_read_u64(epoch_of(MyDatabaseId));
 		slot = find_slot(MyDatabaseId, hash, id);
 		if (slot >= 0) {
@@ -473,7 +496,7 @@ bool lookup(const ExtensionObjects &loc, const bytea *id, uint64 hash, Timestamp
 				end_change(hash);
 			}
 		}
-		LWLockRelease(shared->lock);
+		LWLockRelease(lock_of(hash));
 	}
 	return hit;
 }
@@ -529,7 +552,7 @@ void cache_request_shmem()
 	if (cache_size <= 0)
 		return;
 	RequestAddinShmemSpace(MAXALIGN(shared_size()));
-	RequestNamedLWLockTranche(tranche_name, 1);
+	RequestNamedLWLockTranche(tranche_name, lock_partitions);
 }
 
 void cache_init_shmem()
@@ -543,7 +566,7 @@ void cache_init_shmem()
 	SharedCache *s = static_cast<SharedCache *>(
 	    ShmemInitStruct("pg_idem duplicate cache", shared_size(), &found));
 	if (!found) {
-		s->lock = &(GetNamedLWLockTranche(tranche_name))->lock;
+		s->locks = GetNamedLWLockTranche(tranche_name);
 		s->buckets = bucket_count();
 		s->replay_size = replay_size();
 		s->result_size = Size(cache_result_size);
@@ -646,7 +669,8 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const bytea *id,
 
 	uint64 hash = hash_id(id);
 	size_t len = VARSIZE_ANY_EXHDR(id);
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	LWLock *lock = lock_of(hash);
+	LWLockAcquire(lock, LW_EXCLUSIVE);
 	if (pg_atomic_read_u64(generation_of(MyDatabaseId, hash)) == generation) {
 		uint32 *tags = tags_of_bucket(hash);
 		// The key's own entry first (a key is never in a bucket twice),
@@ -699,7 +723,7 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const bytea *id,
 		}
 		end_change(hash);
 	}
-	LWLockRelease(shared->lock);
+	LWLockRelease(lock);
 }
 
 void cache_invalidate(const bytea *id)
@@ -709,10 +733,11 @@ void cache_invalidate(const bytea *id)
 	if (shared == NULL || !exact_id(id))
 		return;
 	uint64 hash = hash_id(id);
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	LWLock *lock = lock_of(hash);
+	LWLockAcquire(lock, LW_EXCLUSIVE);
 	remove_locked(MyDatabaseId, hash, id);
 	pg_atomic_fetch_add_u64(generation_of(MyDatabaseId, hash), 1);
-	LWLockRelease(shared->lock);
+	LWLockRelease(lock);
 }
 
 bool cache_exists()
@@ -722,9 +747,13 @@ bool cache_exists()
 
 void cache_bump_epoch(Oid dbid)
 {
-	LWLockAcquire(shared->lock, LW_EXCLUSIVE);
+	// Every partition's lock, as the one lock of the whole cache was: no
+	// insertion is between its read of the epoch and its entry meanwhile.
+	for (int i = 0; i < lock_partitions; i++)
+		LWLockAcquire(&shared->locks[i].lock, LW_EXCLUSIVE);
 	pg_atomic_fetch_add_u64(epoch_of(dbid), 1);
-	LWLockRelease(shared->lock);
+	for (int i = lock_partitions - 1; i >= 0; i--)
+		LWLockRelease(&shared->locks[i].lock);
 }
 
 } // namespace idem

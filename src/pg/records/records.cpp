@@ -61,6 +61,7 @@ extern "C" {
 #include "pg/extension_objects.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/records/records.hpp"
+#include "pg/records/record_indexes.hpp"
 #include "pg/records/records_layout.hpp"
 
 #include <cstring>
@@ -96,7 +97,11 @@ struct Claims {
 	List *arbiters = NIL;
 	TupleTableSlot *insert = NULL;  // the record being inserted
 	TupleTableSlot *updated = NULL; // a new version, for its index entries
-	MemoryContext context;          // where the above live
+	// The indexes in c.rri, opened for a tuple of this status
+	// (record_indexes.hpp: a partial index the tuple is not in is left
+	// closed); InvalidOid until opened.
+	Oid indexes_for = InvalidOid;
+	MemoryContext context; // where the above live
 	// A batch's claims: the duplicate cache is left alone, and the
 	// insertions are made visible by one CommandCounterIncrement at the
 	// end, not one each.
@@ -127,7 +132,6 @@ void prepare_insertion(Claims &c)
 	c.estate = CreateExecutorState();
 	c.rri = makeNode(ResultRelInfo);
 	InitResultRelInfo(c.rri, c.rel, 1, NULL, 0);
-	ExecOpenIndices(c.rri, true);
 	c.arbiters = list_make1_oid(c.loc->records_pkey);
 	c.insert = table_slot_create(c.rel, &c.estate->es_tupleTable);
 	c.updated =
@@ -144,10 +148,30 @@ void make_visible(Claims &c)
 	c.inserted = false;
 }
 
+// Opens the indexes that `slot`, a record of the table, goes into
+// (record_indexes.hpp), unless they are open for a record of its status.
+void open_indexes_for(Claims &c, TupleTableSlot *slot)
+{
+	bool isnull;
+	Oid status = DatumGetObjectId(slot_getattr(slot, col_status, &isnull));
+	if (c.indexes_for == status)
+		return;
+	MemoryContext outer = MemoryContextSwitchTo(c.context);
+	if (c.indexes_for != InvalidOid)
+		close_record_indexes(c.rri, c.pkey);
+	// As ExecOpenIndices(rri, false), made cheaper. Not speculative, which
+	// only adds what ExecCheckIndexConstraints needs: find_holder is our
+	// pre-check.
+	open_record_indexes(c.rri, c.pkey, slot, c.estate);
+	c.indexes_for = status;
+	MemoryContextSwitchTo(outer);
+}
+
 void close_claims(Claims &c)
 {
 	if (c.estate != NULL) {
-		ExecCloseIndices(c.rri);
+		if (c.indexes_for != InvalidOid)
+			close_record_indexes(c.rri, c.pkey);
 		ExecResetTupleTable(c.estate->es_tupleTable, false);
 		FreeExecutorState(c.estate);
 	}
@@ -271,6 +295,7 @@ bool insert_speculatively(Claims &c, const RecordRef &ref, const NewRecord &reco
 			set(col_ttl, IntervalPGetDatum(record.ttl));
 	}
 	ExecStoreVirtualTuple(slot);
+	open_indexes_for(c, slot);
 
 	TransactionId xid = GetCurrentTransactionId();
 	uint32 token = SpeculativeInsertionLockAcquire(xid);
@@ -521,6 +546,7 @@ void index_new_version(Claims &c, HeapTuple row, compat::IndexEntries entries)
 		return;
 	prepare_insertion(c);
 	ExecStoreHeapTuple(row, c.updated, false);
+	open_indexes_for(c, c.updated);
 	// update = false: true only hints the index AM that the key did not
 	// change (bottom-up deletion), and reads the range table's updated
 	// columns, which this executor state has not.

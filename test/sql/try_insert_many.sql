@@ -72,6 +72,19 @@ SELECT count(*) AS recorded
 FROM idem_try_insert_many('many_large', ARRAY(SELECT 'k' || (i % 5000) FROM generate_series(1, 10000) i));
 SELECT count(*) AS records FROM idem_records WHERE scope = 'many_large';
 
+-- An index an operator adds on idem_records, partial, gets an entry for
+-- every record of a batch that belongs in it, wherever it is in the batch.
+CREATE INDEX idem_records_vip ON idem_records (key) WHERE key LIKE 'vip%';
+SELECT count(*) AS recorded
+FROM idem_try_insert_many('many_partial', ARRAY['aaa', 'vip-1', 'bbb', 'vip-2']);
+SET enable_seqscan = off;
+SET enable_bitmapscan = off;
+EXPLAIN (COSTS OFF) SELECT key FROM idem_records WHERE key LIKE 'vip%' ORDER BY key;
+SELECT key FROM idem_records WHERE key LIKE 'vip%' ORDER BY key;
+RESET enable_seqscan;
+RESET enable_bitmapscan;
+DROP INDEX idem_records_vip;
+
 -- Bad input: a clear error, and nothing written (the good keys before a
 -- bad one neither).
 SELECT * FROM idem_try_insert_many(NULL, ARRAY['k']);

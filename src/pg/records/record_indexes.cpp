@@ -131,7 +131,8 @@ void open_record_indexes(ResultRelInfo *rri, Relation pkey, TupleTableSlot *slot
 	econtext->ecxt_scantuple = slot;
 	int n = 0;
 	for (int i = 0; i < count; i++) {
-		if (infos[i]->ii_PredicateState != NULL && !ExecQual(infos[i]->ii_PredicateState, econtext))
+		if (slot != NULL && infos[i]->ii_PredicateState != NULL &&
+		    !ExecQual(infos[i]->ii_PredicateState, econtext))
 			continue;
 		descs[n] = index_oids[i] == RelationGetRelid(pkey)
 		               ? pkey

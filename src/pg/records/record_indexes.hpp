@@ -13,7 +13,9 @@ namespace idem
 // and fills ri_NumIndices, ri_IndexRelationDescs and ri_IndexRelationInfo,
 // as ExecOpenIndices(rri, false) does, in the current memory context; but
 // a partial index whose predicate the tuple does not satisfy is left out
-// (ExecInsertIndexTuples would skip it). `pkey`, an index of the relation
+// (ExecInsertIndexTuples would skip it). With `slot` NULL, for insertions
+// of many tuples, every index is opened, and ExecInsertIndexTuples tests
+// each partial index's predicate tuple by tuple. `pkey`, an index of the relation
 // that the caller has open, is used as it is. `estate` gives the predicates
 // their per-tuple memory.
 void open_record_indexes(ResultRelInfo *rri, Relation pkey, TupleTableSlot *slot, EState *estate);

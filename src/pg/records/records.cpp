@@ -97,11 +97,8 @@ struct Claims {
 	List *arbiters = NIL;
 	TupleTableSlot *insert = NULL;  // the record being inserted
 	TupleTableSlot *updated = NULL; // a new version, for its index entries
-	// The indexes in c.rri, opened for a tuple of this status
-	// (record_indexes.hpp: a partial index the tuple is not in is left
-	// closed); InvalidOid until opened.
-	Oid indexes_for = InvalidOid;
-	MemoryContext context; // where the above live
+	bool indexes_open = false;      // in c.rri (open_indexes_for)
+	MemoryContext context;          // where the above live
 	// A batch's claims: the duplicate cache is left alone, and the
 	// insertions are made visible by one CommandCounterIncrement at the
 	// end, not one each.
@@ -148,29 +145,28 @@ void make_visible(Claims &c)
 	c.inserted = false;
 }
 
-// Opens the indexes that `slot`, a record of the table, goes into
-// (record_indexes.hpp), unless they are open for a record of its status.
+// Opens the indexes for the record in `slot`, once per call. A call that
+// writes one record (a single claim, a claim's end: a retry writes the
+// same one) opens only the indexes it goes into (record_indexes.hpp); a
+// batch writes many, so it opens them all, and ExecInsertIndexTuples tests
+// each partial index's predicate record by record.
 void open_indexes_for(Claims &c, TupleTableSlot *slot)
 {
-	bool isnull;
-	Oid status = DatumGetObjectId(slot_getattr(slot, col_status, &isnull));
-	if (c.indexes_for == status)
+	if (c.indexes_open)
 		return;
 	MemoryContext outer = MemoryContextSwitchTo(c.context);
-	if (c.indexes_for != InvalidOid)
-		close_record_indexes(c.rri, c.pkey);
 	// As ExecOpenIndices(rri, false), made cheaper. Not speculative, which
 	// only adds what ExecCheckIndexConstraints needs: find_holder is our
 	// pre-check.
-	open_record_indexes(c.rri, c.pkey, slot, c.estate);
-	c.indexes_for = status;
+	open_record_indexes(c.rri, c.pkey, c.batch ? NULL : slot, c.estate);
+	c.indexes_open = true;
 	MemoryContextSwitchTo(outer);
 }
 
 void close_claims(Claims &c)
 {
 	if (c.estate != NULL) {
-		if (c.indexes_for != InvalidOid)
+		if (c.indexes_open)
 			close_record_indexes(c.rri, c.pkey);
 		ExecResetTupleTable(c.estate->es_tupleTable, false);
 		FreeExecutorState(c.estate);

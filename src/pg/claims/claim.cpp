@@ -664,6 +664,18 @@ void refuse_not_holder(const char *fn, const idem::RecordRef &ref, const Record 
 	            : errhint("Its claim has ended; this outcome is not recorded."));
 }
 
+// How a claim ends in `status`, now, for the scope's ttl (`scope_ttl`, the
+// caller's, which the record's own ttl overrides).
+idem::ClaimEnd claim_end(Oid status, const Interval *scope_ttl)
+{
+	idem::ClaimEnd end;
+	memset(&end, 0, sizeof end);
+	end.status = status;
+	end.recorded_at = GetCurrentTimestamp();
+	end.ttl = scope_ttl;
+	return end;
+}
+
 // Ends the claim that the caller's token holds on ref's key as `end` says
 // (records_end_claim), or refuses, changing nothing.
 void end_held_claim(const char *fn, const idem::RecordRef &ref, const pg_uuid_t *token,
@@ -807,11 +819,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_complete_0_3)
 	idem::RecordRef ref = begin_ref(fn, fcinfo, caller);
 	const pg_uuid_t *token = token_arg(fn, fcinfo, 2, ref);
 	Interval scope_ttl = idem::scope_ttl(idem::scope_settings(ref.scope));
-	idem::ClaimEnd end;
-	memset(&end, 0, sizeof end);
-	end.status = idem::extension_objects().status_completed;
-	end.recorded_at = GetCurrentTimestamp();
-	end.ttl = &scope_ttl;
+	idem::ClaimEnd end = claim_end(idem::extension_objects().status_completed, &scope_ttl);
 	end.set_result = true;
 	end.result = PG_ARGISNULL(3) ? 0 : PointerGetDatum(PG_DETOAST_DATUM(PG_GETARG_DATUM(3)));
 	end.clear_last_error = true;
@@ -883,11 +891,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_release)
 	idem::RecordRef ref = begin_ref(fn, fcinfo, caller);
 	const pg_uuid_t *token = token_arg(fn, fcinfo, 2, ref);
 	Interval scope_ttl = idem::scope_ttl(idem::scope_settings(ref.scope));
-	idem::ClaimEnd end;
-	memset(&end, 0, sizeof end);
-	end.status = idem::extension_objects().status_failed;
-	end.recorded_at = GetCurrentTimestamp();
-	end.ttl = &scope_ttl;
+	idem::ClaimEnd end = claim_end(idem::extension_objects().status_failed, &scope_ttl);
 	end.release = true;
 	end_held_claim(fn, ref, token, end);
 	PG_RETURN_VOID();

@@ -23,6 +23,9 @@ OBJS = $(CORE_OBJS) \
 	src/pg/records/records.o \
 	src/pg/records/records_layout.o \
 	src/pg/records/record_indexes.o \
+	src/pg/records/record_statements.o \
+	src/pg/records/routes.o \
+	src/pg/records/routed_records.o \
 	src/pg/records/try_insert.o \
 	src/pg/records/try_insert_many.o \
 	src/pg/records/operator_tools.o \

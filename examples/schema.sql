@@ -32,11 +32,11 @@ CREATE TABLE payment_requests (
 -- functions and its two scopes, and the statements it runs on its own
 -- tables; nothing else (no privilege on pg_idem's tables). idem_fingerprint is executable by PUBLIC.
 GRANT EXECUTE ON FUNCTION
-    idem_begin(text, text, interval, text, interval, boolean, interval),
-    idem_complete(text, text, uuid, jsonb),
-    idem_fail(text, text, uuid, text, boolean),
-    idem_release(text, text, uuid),
-    idem_lookup(text, text),
+    idem_begin(text, text, interval, text, interval, boolean, interval, bigint),
+    idem_complete(text, text, uuid, jsonb, bigint),
+    idem_fail(text, text, uuid, text, boolean, bigint),
+    idem_release(text, text, uuid, bigint),
+    idem_lookup(text, text, bigint),
     idem_try_insert(text, text, interval)
 TO :"consumer";
 -- And the scopes it uses (pg_idem 0.3: a scope no one was granted is the

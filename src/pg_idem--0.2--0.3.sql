@@ -27,9 +27,9 @@ DECLARE
 BEGIN
     IF roles IS NOT NULL THEN
         RAISE WARNING 'pg_idem 0.3 replaces idem_begin, idem_complete and idem_fail: the grants of % on them are not kept', roles
-        USING HINT = pg_catalog.format('GRANT EXECUTE ON FUNCTION %1$s.idem_begin(text, text, interval, text, interval, boolean, interval), '
-                                       '%1$s.idem_complete(text, text, uuid, jsonb), %1$s.idem_fail(text, text, uuid, text, boolean), '
-                                       '%1$s.idem_release(text, text, uuid), %1$s.idem_lookup(text, text) TO %2$s;',
+        USING HINT = pg_catalog.format('GRANT EXECUTE ON FUNCTION %1$s.idem_begin(text, text, interval, text, interval, boolean, interval, bigint), '
+                                       '%1$s.idem_complete(text, text, uuid, jsonb, bigint), %1$s.idem_fail(text, text, uuid, text, boolean, bigint), '
+                                       '%1$s.idem_release(text, text, uuid, bigint), %1$s.idem_lookup(text, text, bigint) TO %2$s;',
                                        '@extschema@', roles);
     END IF;
 END
@@ -77,26 +77,28 @@ CREATE FUNCTION @extschema@.idem_begin(scope text, key text,
                                        fingerprint text DEFAULT NULL,
                                        wait interval DEFAULT NULL,
                                        takeover_on_disconnect boolean DEFAULT NULL,
-                                       ttl interval DEFAULT NULL)
+                                       ttl interval DEFAULT NULL,
+                                       route bigint DEFAULT NULL)
 RETURNS @extschema@.idem_claim
 AS 'MODULE_PATHNAME', 'idem_begin_0_3'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE FUNCTION @extschema@.idem_complete(scope text, key text, token uuid,
-                                          result jsonb DEFAULT NULL)
+                                          result jsonb DEFAULT NULL, route bigint DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_complete_0_3'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 CREATE FUNCTION @extschema@.idem_fail(scope text, key text, token uuid, error text,
-                                      retryable boolean DEFAULT true)
+                                      retryable boolean DEFAULT true, route bigint DEFAULT NULL)
 RETURNS @extschema@.idem_status
 AS 'MODULE_PATHNAME', 'idem_fail_0_3'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 
 -- The holder gives the claim back without spending an attempt: the key is
 -- claimable at once, and the next claim binds its own fingerprint.
-CREATE FUNCTION @extschema@.idem_release(scope text, key text, token uuid)
+CREATE FUNCTION @extschema@.idem_release(scope text, key text, token uuid,
+                                         route bigint DEFAULT NULL)
 RETURNS void
 AS 'MODULE_PATHNAME', 'idem_release'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -104,7 +106,7 @@ LANGUAGE C VOLATILE PARALLEL UNSAFE;
 -- The record of a key as idem_begin would see it, without writing,
 -- waiting or counting: status 'absent' (none, or expired), 'in_progress',
 -- 'completed', 'failed' or 'dead'; never a token.
-CREATE FUNCTION @extschema@.idem_lookup(scope text, key text)
+CREATE FUNCTION @extschema@.idem_lookup(scope text, key text, route bigint DEFAULT NULL)
 RETURNS @extschema@.idem_claim
 AS 'MODULE_PATHNAME', 'idem_lookup'
 LANGUAGE C STABLE PARALLEL RESTRICTED;
@@ -131,11 +133,11 @@ AS 'MODULE_PATHNAME', 'idem_advance_many'
 LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 100;
 
 REVOKE ALL ON FUNCTION @extschema@.idem_advance_many(text, integer, bigint[], integer) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_begin(text, text, interval, text, interval, boolean, interval) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_complete(text, text, uuid, jsonb) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_fail(text, text, uuid, text, boolean) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_release(text, text, uuid) FROM PUBLIC;
-REVOKE ALL ON FUNCTION @extschema@.idem_lookup(text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_begin(text, text, interval, text, interval, boolean, interval, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_complete(text, text, uuid, jsonb, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_fail(text, text, uuid, text, boolean, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_release(text, text, uuid, bigint) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_lookup(text, text, bigint) FROM PUBLIC;
 
 -- ---------------------------------------------------------------------------
 -- Scopes as a security boundary (src/pg/scopes/scope_grants.cpp): a role uses a
@@ -288,3 +290,123 @@ ALTER TABLE @extschema@.idem_scopes
 ALTER TABLE @extschema@.idem_scopes ALTER COLUMN reconcile_function TYPE text
     USING (pg_catalog.pg_identify_object('pg_catalog.pg_proc'::pg_catalog.regclass,
                                          reconcile_function, 0)).identity;
+
+-- ---------------------------------------------------------------------------
+-- Citus (src/pg/records/routes.cpp, routed_records.cpp, docs/citus.md): a
+-- record may carry its route, the distribution value of the business row it
+-- protects (the account id of "add points to account A"). On one node the
+-- route is stored and changes nothing else. Once idem_distribute has made
+-- idem_records a distributed table colocated with the business table, every
+-- call must give the route, and every read and write of a record is SQL that
+-- Citus routes to the shard of that route: the record and the business row
+-- commit together on one worker, and move together.
+-- ---------------------------------------------------------------------------
+
+ALTER TABLE @extschema@.idem_records ADD COLUMN route bigint;
+COMMENT ON COLUMN @extschema@.idem_records.route IS
+    'the distribution value of the business row the record protects (the calls'' route); NULL when none was given';
+
+-- With a route: overloads of the 0.1 functions, which stay as they are
+-- (and keep their grants). No default for ttl here, so that a call with
+-- three arguments is never ambiguous: idem_try_insert(scope, key, NULL,
+-- route) takes the scope's ttl.
+CREATE FUNCTION @extschema@.idem_try_insert(scope text, key text, ttl interval, route bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_try_insert'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.idem_try_insert(text, text, interval, bigint) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.idem_retry(scope text, key text, route bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_retry'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.idem_retry(text, text, bigint) FROM PUBLIC;
+
+CREATE FUNCTION @extschema@.idem_forget(scope text, key text, route bigint)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_forget'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+REVOKE ALL ON FUNCTION @extschema@.idem_forget(text, text, bigint) FROM PUBLIC;
+
+-- On a distributed records table a duplicate is found by INSERT ... ON
+-- CONFLICT on the worker: this check, in its DO UPDATE's WHERE, makes a
+-- key id shared by two keys (a SHA-256 collision of long keys) an error
+-- there, as the single-node path makes it, never a duplicate.
+CREATE FUNCTION @extschema@.idem_same_key(stored_scope text, stored_key text,
+                                          scope text, key text)
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_same_key'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+
+-- Makes idem_records a Citus distributed table colocated with the business
+-- table colocate_with, distributed by route (src/pg_idem's docs/citus.md).
+-- Run on the coordinator, by the owner of pg_idem or a superuser, before
+-- records exist without a route. The stream positions stay on the
+-- coordinator: a position orders a partition, not a business row.
+CREATE FUNCTION @extschema@.idem_distribute(colocate_with regclass)
+RETURNS void
+LANGUAGE plpgsql VOLATILE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    records pg_catalog.regclass := '@extschema@.idem_records'::pg_catalog.regclass;
+    dist_column pg_catalog.text;
+    dist_type pg_catalog.regtype;
+    method "char";
+BEGIN
+    IF NOT pg_catalog.pg_has_role(CURRENT_USER,
+                                  (SELECT extowner FROM pg_catalog.pg_extension
+                                   WHERE extname = 'pg_idem'), 'USAGE') THEN
+        RAISE EXCEPTION 'idem_distribute: only the owner of pg_idem may distribute its records'
+        USING ERRCODE = '42501';
+    END IF;
+    IF pg_catalog.to_regclass('pg_catalog.pg_dist_partition') IS NULL THEN
+        RAISE EXCEPTION 'idem_distribute: Citus is not installed in this database'
+        USING ERRCODE = '55000',
+              HINT = 'Preload citus before pg_idem, CREATE EXTENSION citus, and distribute the business table first.';
+    END IF;
+    IF colocate_with IS NULL THEN
+        RAISE EXCEPTION 'idem_distribute: colocate_with must not be NULL' USING ERRCODE = '22004';
+    END IF;
+    EXECUTE 'SELECT p.partmethod, a.attname::text, a.atttypid::regtype
+             FROM pg_catalog.pg_dist_partition p
+             LEFT JOIN pg_catalog.pg_attribute a
+               ON a.attrelid = p.logicalrelid
+              AND a.attname = pg_catalog.column_to_column_name(p.logicalrelid, p.partkey)
+             WHERE p.logicalrelid = $1'
+    INTO method, dist_column, dist_type USING colocate_with;
+    IF method IS NULL OR method <> 'h' THEN
+        RAISE EXCEPTION 'idem_distribute: % is not a hash-distributed Citus table', colocate_with
+        USING ERRCODE = '22023',
+              HINT = 'Distribute it with create_distributed_table(table, column) first.';
+    END IF;
+    IF dist_type NOT IN ('smallint'::regtype, 'integer'::regtype, 'bigint'::regtype) THEN
+        RAISE EXCEPTION 'idem_distribute: % is distributed by %, of type %; a route is a bigint',
+                        colocate_with, dist_column, dist_type
+        USING ERRCODE = '42804',
+              HINT = 'Records can follow a table distributed by an integer column (smallint, integer or bigint).';
+    END IF;
+    IF EXISTS (SELECT 1 FROM pg_catalog.pg_dist_partition WHERE logicalrelid = records) THEN
+        RAISE EXCEPTION 'idem_distribute: pg_idem''s records are distributed already'
+        USING ERRCODE = '55000';
+    END IF;
+    IF EXISTS (SELECT 1 FROM @extschema@.idem_records WHERE route IS NULL) THEN
+        RAISE EXCEPTION 'idem_distribute: records without a route exist'
+        USING ERRCODE = '55000',
+              DETAIL = 'A record must live in the shard of its route; these have none.',
+              HINT = 'Let them expire and purge them (idem_purge), or forget them, then distribute.';
+    END IF;
+    -- Citus requires the distribution column in every unique index, and
+    -- refuses row triggers: the duplicate cache's triggers go (the cache
+    -- is off for distributed records, src/pg/cache/duplicate_cache.cpp).
+    ALTER TABLE @extschema@.idem_records ALTER COLUMN route SET NOT NULL;
+    ALTER TABLE @extschema@.idem_records DROP CONSTRAINT idem_records_pkey;
+    ALTER TABLE @extschema@.idem_records ADD CONSTRAINT idem_records_pkey PRIMARY KEY (route, key_id);
+    DROP TRIGGER IF EXISTS idem_records_changing ON @extschema@.idem_records;
+    DROP TRIGGER IF EXISTS idem_records_changed ON @extschema@.idem_records;
+    DROP TRIGGER IF EXISTS idem_records_truncating ON @extschema@.idem_records;
+    PERFORM pg_catalog.create_distributed_table(records, 'route',
+                                                colocate_with => colocate_with::text);
+END
+$$;
+REVOKE ALL ON FUNCTION @extschema@.idem_distribute(regclass) FROM PUBLIC;

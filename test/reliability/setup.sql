@@ -72,11 +72,11 @@ BEGIN
     END IF;
 END $$;
 GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval) TO reliability_consumer;
-GRANT EXECUTE ON FUNCTION idem_begin(text, text, interval, text, interval, boolean, interval),
-                          idem_complete(text, text, uuid, jsonb),
-                          idem_fail(text, text, uuid, text, boolean),
-                          idem_release(text, text, uuid),
-                          idem_lookup(text, text) TO reliability_consumer;
+GRANT EXECUTE ON FUNCTION idem_begin(text, text, interval, text, interval, boolean, interval, bigint),
+                          idem_complete(text, text, uuid, jsonb, bigint),
+                          idem_fail(text, text, uuid, text, boolean, bigint),
+                          idem_release(text, text, uuid, bigint),
+                          idem_lookup(text, text, bigint) TO reliability_consumer;
 -- Its two scopes (pg_idem 0.3: a scope no one was granted is the owner's).
 SELECT idem_grant('storm', 'reliability_consumer'), idem_grant('claim', 'reliability_consumer');
 GRANT SELECT, UPDATE ON accounts TO reliability_consumer;

@@ -20,10 +20,10 @@ ORDER BY p.prosecdef DESC, public_execute, p.proname COLLATE "C";
 
 CREATE ROLE regress_idem_worker;
 GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval),
-    idem_begin(text, text, interval, text, interval, boolean, interval),
-    idem_complete(text, text, uuid, jsonb),
-    idem_fail(text, text, uuid, text, boolean),
-    idem_release(text, text, uuid), idem_lookup(text, text),
+    idem_begin(text, text, interval, text, interval, boolean, interval, bigint),
+    idem_complete(text, text, uuid, jsonb, bigint),
+    idem_fail(text, text, uuid, text, boolean, bigint),
+    idem_release(text, text, uuid, bigint), idem_lookup(text, text, bigint),
     idem_retry(text, text), idem_forget(text, text),
     idem_reconcile(text, integer), idem_purge(integer), idem_purge_status(),
     idem_advance(text, integer, bigint, integer), idem_position(text, integer),

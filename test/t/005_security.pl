@@ -160,11 +160,11 @@ CREATE ROLE outsider LOGIN;
 -- What the README says to grant a consumer.
 GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval),
     idem_try_insert_many(text, text[], interval),
-    idem_begin(text, text, interval, text, interval, boolean, interval),
-    idem_complete(text, text, uuid, jsonb),
-    idem_fail(text, text, uuid, text, boolean),
-    idem_release(text, text, uuid),
-    idem_lookup(text, text),
+    idem_begin(text, text, interval, text, interval, boolean, interval, bigint),
+    idem_complete(text, text, uuid, jsonb, bigint),
+    idem_fail(text, text, uuid, text, boolean, bigint),
+    idem_release(text, text, uuid, bigint),
+    idem_lookup(text, text, bigint),
     idem_advance(text, integer, bigint, integer),
     idem_position(text, integer)
     TO consumer, stranger, blind, tenant_b, hostile;

@@ -70,10 +70,10 @@ pg_idem.purge_reconcile = off
 # The functions a consumer is granted (0.3 signatures).
 my $consumer_functions = join(', ',
 	'idem_try_insert(text, text, interval)',
-	'idem_begin(text, text, interval, text, interval, boolean, interval)',
-	'idem_complete(text, text, uuid, jsonb)',
-	'idem_fail(text, text, uuid, text, boolean)',
-	'idem_lookup(text, text)',
+	'idem_begin(text, text, interval, text, interval, boolean, interval, bigint)',
+	'idem_complete(text, text, uuid, jsonb, bigint)',
+	'idem_fail(text, text, uuid, text, boolean, bigint)',
+	'idem_lookup(text, text, bigint)',
 	'idem_advance(text, integer, bigint, integer)',
 	'idem_position(text, integer)');
 

@@ -162,6 +162,7 @@ extern "C" {
 #include "pg/cache/duplicate_cache.hpp"
 #include "pg/cache/duplicate_cache_internal.hpp"
 #include "pg/extension_objects.hpp"
+#include "pg/records/routes.hpp"
 #include "pg/settings.hpp"
 
 #include <cstring>
@@ -589,10 +590,12 @@ void cache_init_shmem()
 	LWLockRelease(AddinShmemInitLock);
 }
 
+// Off for distributed records (routes.hpp): they change on the workers,
+// out of sight of this node's cache and its triggers.
 bool cache_usable()
 {
 	return shared != NULL && !IsolationUsesXactSnapshot() && !cache_xact.records_replaced &&
-	       !cache_xact.records_changed && cache_xact.own_change.len == 0;
+	       !cache_xact.records_changed && cache_xact.own_change.len == 0 && !records_distributed();
 }
 
 uint64 cache_generation(const bytea *id)

@@ -67,7 +67,9 @@ extern "C" {
 #include "pg/guard.hpp"
 #include "pg/scopes/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
+#include "pg/records/record_statements.hpp"
 #include "pg/records/records.hpp"
+#include "pg/records/routes.hpp"
 #include "pg/scopes/scopes.hpp"
 #include "pg/settings.hpp"
 #include "pg/stats/stats.hpp"
@@ -96,20 +98,18 @@ struct Record {
 	Interval *ttl; // the claim's own, NULL when none
 };
 
-// A statement on idem_records, prepared once per backend.
-idem::Statement *prepare(const char *signature, const char *sql_format, int nargs, Oid *types)
+// A statement about one record, prepared once per backend
+// (record_statements.hpp).
+idem::RecordStatement prepare(const char *signature, const char *sql_format, int nargs, Oid *types,
+                              bool insertion = false)
 {
-	const idem::ExtensionObjects &objects = idem::extension_objects();
-	return idem::statement_for(signature, objects.records, objects.records_name, sql_format, nargs,
-	                           types);
+	return idem::record_statement(signature, sql_format, nargs, types, insertion);
 }
 
-uint64 run(idem::Statement *st, Datum *values, const char *nulls, int expected)
+uint64 run(const idem::RecordStatement &rs, const idem::RecordRef &ref, Datum *values,
+           const char *nulls, int expected)
 {
-	int rc = SPI_execute_plan(st->plan, values, nulls, false, 0);
-	if (rc != expected)
-		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
-	return SPI_processed;
+	return idem::run_record_statement(rs, ref, values, nulls, false, 0, expected);
 }
 
 idem::RecordState state_of(Oid status)
@@ -166,17 +166,16 @@ bool same_text(text *a, text *b)
 // for a caller that writes nothing (idem_lookup).
 Record read_record(const idem::RecordRef &ref, bool lock, bool read_only = false)
 {
-	static const char columns[] =
-	    "SELECT scope, key, status, attempts, attempt_base, expires_at, lease_expires_at, "
-	    "holder_pid, holder_started_at, fingerprint, result, last_error, claim_token, ttl "
-	    "FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1";
+#define RECORD_COLUMNS                                                                             \
+	"SELECT scope, key, status, attempts, attempt_base, expires_at, lease_expires_at, "            \
+	"holder_pid, holder_started_at, fingerprint, result, last_error, claim_token, ttl "            \
+	"FROM %s WHERE %s"
 	Oid types[] = {BYTEAOID};
-	idem::Statement *st = lock ? prepare("claim:lock", psprintf("%s FOR UPDATE", columns), 1, types)
-	                           : prepare("claim:read", columns, 1, types);
+	idem::RecordStatement st = lock ? prepare("claim:lock", RECORD_COLUMNS " FOR UPDATE", 1, types)
+	                                : prepare("claim:read", RECORD_COLUMNS, 1, types);
+#undef RECORD_COLUMNS
 	Datum values[] = {PointerGetDatum(ref.id)};
-	int rc = SPI_execute_plan(st->plan, values, NULL, read_only, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
+	idem::run_record_statement(st, ref, values, NULL, read_only, 1, SPI_OK_SELECT);
 
 	Record r;
 	memset(&r, 0, sizeof r);
@@ -322,26 +321,26 @@ bool write_claim(const BeginArgs &args, bool exists, int attempt, int attempt_ba
 	               TIMESTAMPTZOID, TIMESTAMPTZOID, TIMESTAMPTZOID, INT4OID, TIMESTAMPTZOID,
 	               TEXTOID,        UUIDOID,        INTERVALOID,    BOOLOID, BOOLOID};
 	if (!exists) {
-		idem::Statement *st =
-		    prepare("claim:insert",
-		            "INSERT INTO %s (key_id, scope, key, status, attempts, attempt_base, "
-		            "recorded_at, expires_at, lease_expires_at, holder_pid, holder_started_at, "
-		            "fingerprint, claim_token, ttl) VALUES ($1, $2, $3, 'in_progress', $4, $5, $6, "
-		            "$7, $8, $9, $10, $11, $12, $13) ON CONFLICT (key_id) DO NOTHING",
-		            13, types);
-		return run(st, values, nulls, SPI_OK_INSERT) == 1;
+		idem::RecordStatement st = prepare(
+		    "claim:insert",
+		    "INSERT INTO %s (key_id, scope, key, status, attempts, attempt_base, "
+		    "recorded_at, expires_at, lease_expires_at, holder_pid, holder_started_at, "
+		    "fingerprint, claim_token, ttl, route) VALUES ($1, $2, $3, 'in_progress', $4, $5, $6, "
+		    "$7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT (%s) DO NOTHING",
+		    13, types, true);
+		return run(st, args.ref, values, nulls, SPI_OK_INSERT) == 1;
 	}
-	idem::Statement *st =
+	idem::RecordStatement st =
 	    prepare("claim:takeover",
 	            "UPDATE %s SET status = 'in_progress', attempts = $4, attempt_base = $5, "
 	            "recorded_at = $6, expires_at = $7, lease_expires_at = $8, holder_pid = $9, "
 	            "holder_started_at = $10, claim_token = $12, ttl = $13, "
 	            "fingerprint = CASE WHEN $15 THEN $11 ELSE COALESCE($11, fingerprint) END, "
 	            "last_error = CASE WHEN $14 THEN NULL ELSE last_error END, result = NULL "
-	            "WHERE key_id OPERATOR(pg_catalog.=) $1",
+	            "WHERE %s",
 	            15, types);
 	idem::OwnChange own = idem::cache_own_change_begin(args.ref.id);
-	run(st, values, nulls, SPI_OK_UPDATE);
+	run(st, args.ref, values, nulls, SPI_OK_UPDATE);
 	idem::cache_own_change_end(own);
 	idem::cache_invalidate(args.ref.id);
 	return true;
@@ -358,12 +357,12 @@ TimestampTz mark_dead(const BeginArgs &args, const Record &r, TimestampTz now)
 	int attempts = r.attempts;
 	TimestampTz expires_at = idem::record_expiry(args.fn, now, r.ttl, args.settings);
 	Oid types[] = {BYTEAOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	idem::Statement *st =
+	idem::RecordStatement st =
 	    prepare("claim:dead",
 	            "UPDATE %s SET status = 'dead', last_error = $2, lease_expires_at = NULL, "
 	            "holder_pid = NULL, holder_started_at = NULL, claim_token = NULL, "
 	            "recorded_at = $3, expires_at = $4 "
-	            "WHERE key_id OPERATOR(pg_catalog.=) $1",
+	            "WHERE %s",
 	            4, types);
 	const idem::RecordRef &ref = args.ref;
 	Datum values[] = {PointerGetDatum(ref.id),
@@ -372,7 +371,7 @@ TimestampTz mark_dead(const BeginArgs &args, const Record &r, TimestampTz now)
 	                                               attempts)),
 	                  TimestampTzGetDatum(now), TimestampTzGetDatum(expires_at)};
 	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
-	run(st, values, NULL, SPI_OK_UPDATE);
+	run(st, ref, values, NULL, SPI_OK_UPDATE);
 	idem::cache_own_change_end(own);
 	idem::cache_invalidate(ref.id);
 	return expires_at;
@@ -689,12 +688,14 @@ void end_held_claim(const char *fn, const idem::RecordRef &ref, const pg_uuid_t 
 	idem::claim_wake_at_commit(ref.id);
 }
 
-// The scope and key of a call that writes, for a caller granted the scope.
-const idem::RecordRef begin_ref(const char *fn, FunctionCallInfo fcinfo, Oid caller)
+// The scope, key and route (argument `route_arg`) of a call that writes,
+// for a caller granted the scope.
+const idem::RecordRef begin_ref(const char *fn, FunctionCallInfo fcinfo, Oid caller, int route_arg)
 {
 	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 	                                       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
 	idem::check_scope(fn, caller, ref.scope);
+	idem::take_route(fn, fcinfo, route_arg, ref);
 	PreventCommandIfReadOnly(fn);
 	PreventCommandDuringRecovery(fn);
 	return ref;
@@ -738,12 +739,12 @@ void refuse_old_sql(const char *fn)
 
 } // namespace
 
-// idem_begin(scope, key, lease, fingerprint, wait, takeover_on_disconnect, ttl)
+// idem_begin(scope, key, lease, fingerprint, wait, takeover_on_disconnect, ttl, route)
 IDEM_SQL_FUNCTION_AS_OWNER(idem_begin_0_3)
 {
 	BeginArgs args;
 	args.fn = "idem_begin";
-	args.ref = begin_ref(args.fn, fcinfo, caller);
+	args.ref = begin_ref(args.fn, fcinfo, caller, 7);
 	args.lease = PG_ARGISNULL(2) ? NULL : PG_GETARG_INTERVAL_P(2);
 	if (args.lease != NULL)
 		idem::check_positive_interval(args.fn, "lease", args.lease);
@@ -795,8 +796,9 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_begin_0_3)
 	                         args.fingerprint,           token,     args.ttl};
 	// The common case, a key seen for the first time, is one insertion
 	// below SQL (with ON CONFLICT DO NOTHING's semantics); anything else is
-	// decided under the record's row lock.
-	if (idem::records_insert(args.ref, claim)) {
+	// decided under the record's row lock. Distributed records are only
+	// ever written in SQL, which Citus routes to their shard.
+	if (!idem::records_distributed() && idem::records_insert(args.ref, claim)) {
 		count_claim(args.ref.scope, first, cache);
 		return claim_datum(fcinfo, &begin_desc, first);
 	}
@@ -812,11 +814,11 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_begin_0_3)
 	return claim_datum(fcinfo, &begin_desc, c);
 }
 
-// idem_complete(scope, key, token, result)
+// idem_complete(scope, key, token, result, route)
 IDEM_SQL_FUNCTION_AS_OWNER(idem_complete_0_3)
 {
 	static const char fn[] = "idem_complete";
-	idem::RecordRef ref = begin_ref(fn, fcinfo, caller);
+	idem::RecordRef ref = begin_ref(fn, fcinfo, caller, 4);
 	const pg_uuid_t *token = token_arg(fn, fcinfo, 2, ref);
 	Interval scope_ttl = idem::scope_ttl(idem::scope_settings(ref.scope));
 	idem::ClaimEnd end = claim_end(idem::extension_objects().status_completed, &scope_ttl);
@@ -828,11 +830,11 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_complete_0_3)
 	PG_RETURN_VOID();
 }
 
-// idem_fail(scope, key, token, error, retryable) RETURNS idem_status
+// idem_fail(scope, key, token, error, retryable, route) RETURNS idem_status
 IDEM_SQL_FUNCTION_AS_OWNER(idem_fail_0_3)
 {
 	static const char fn[] = "idem_fail";
-	idem::RecordRef ref = begin_ref(fn, fcinfo, caller);
+	idem::RecordRef ref = begin_ref(fn, fcinfo, caller, 5);
 	const pg_uuid_t *token = token_arg(fn, fcinfo, 2, ref);
 	if (PG_ARGISNULL(3))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -855,18 +857,18 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_fail_0_3)
 
 	const idem::ExtensionObjects &objects = idem::extension_objects();
 	Oid types[] = {BYTEAOID, objects.status_type, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	idem::Statement *st =
+	idem::RecordStatement st =
 	    prepare("claim:fail",
 	            "UPDATE %s SET status = $2, last_error = $3, recorded_at = $4, expires_at = $5, "
 	            "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
 	            "claim_token = NULL "
-	            "WHERE key_id OPERATOR(pg_catalog.=) $1",
+	            "WHERE %s",
 	            5, types);
 	Datum values[] = {PointerGetDatum(ref.id), ObjectIdGetDatum(status_oid(outcome)),
 	                  PG_GETARG_DATUM(3), TimestampTzGetDatum(now),
 	                  TimestampTzGetDatum(idem::record_expiry(fn, now, r.ttl, settings))};
 	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
-	run(st, values, NULL, SPI_OK_UPDATE);
+	run(st, ref, values, NULL, SPI_OK_UPDATE);
 	idem::cache_own_change_end(own);
 	idem::cache_invalidate(ref.id);
 	idem::claim_wake_at_commit(ref.id);
@@ -879,7 +881,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_fail_0_3)
 	PG_RETURN_OID(status_oid(outcome));
 }
 
-// idem_release(scope, key, token): the holder gives the claim back. The
+// idem_release(scope, key, token, route): the holder gives the claim back. The
 // record becomes failed without an error of its own (it keeps the last
 // one), the released attempt stops counting against max_attempts
 // (attempt_base + 1: attempt numbers still only grow), and it lives a full
@@ -888,7 +890,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_fail_0_3)
 IDEM_SQL_FUNCTION_AS_OWNER(idem_release)
 {
 	static const char fn[] = "idem_release";
-	idem::RecordRef ref = begin_ref(fn, fcinfo, caller);
+	idem::RecordRef ref = begin_ref(fn, fcinfo, caller, 3);
 	const pg_uuid_t *token = token_arg(fn, fcinfo, 2, ref);
 	Interval scope_ttl = idem::scope_ttl(idem::scope_settings(ref.scope));
 	idem::ClaimEnd end = claim_end(idem::extension_objects().status_failed, &scope_ttl);
@@ -897,7 +899,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_release)
 	PG_RETURN_VOID();
 }
 
-// idem_lookup(scope, key) RETURNS idem_claim: the record as idem_begin would
+// idem_lookup(scope, key, route) RETURNS idem_claim: the record as idem_begin would
 // find it, read without a lock in the caller's snapshot. It writes nothing,
 // never waits, is not counted in idem_stats, and never shows a token.
 IDEM_SQL_FUNCTION_AS_OWNER(idem_lookup)
@@ -906,6 +908,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_lookup)
 	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 	                                       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
 	idem::check_scope(fn, caller, ref.scope);
+	idem::take_route(fn, fcinfo, 2, ref);
 	TimestampTz now = GetCurrentTimestamp();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");

@@ -40,6 +40,7 @@ extern "C" {
 #include "pg/scopes/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/purge/purge.hpp"
+#include "pg/records/routes.hpp"
 #include "pg/claims/reconcile.hpp"
 #include "pg/stats/stats.hpp"
 
@@ -48,30 +49,80 @@ extern "C" {
 namespace idem
 {
 
-int64 purge_batch(int max_rows, Oid only_for)
+namespace
+{
+
+// A purge statement in two forms: for every scope (the worker's, also on
+// 0.2's SQL; `only_for` invalid), and for the scopes `only_for` may use.
+// `sql_format` has the records table's name and then the form's added
+// condition, which passes `only_for` as $`role_param`.
+Statement *purge_statement(const char *signature, Oid only_for, const char *sql_format,
+                           int role_param, Oid *types)
 {
 	const ExtensionObjects &objects = extension_objects();
-	// Two statements: every scope (the worker's, also on 0.2's SQL), and
-	// only the scopes a role may use ($2).
-	static const char every_signature[] = "purge:candidates";
-	static const char granted_signature[] = "purge:candidates:granted";
 	bool every_scope = !OidIsValid(only_for);
-	Statement *st =
-	    every_scope
-	        ? statement_lookup(every_signature, sizeof every_signature, objects.records)
-	        : statement_lookup(granted_signature, sizeof granted_signature, objects.records);
-	if (!statement_ready(st)) {
-		Oid types[] = {INT4OID, OIDOID};
+	const char *sig = every_scope ? signature : psprintf("%s:granted", signature);
+	Statement *st = statement_lookup(sig, strlen(sig), objects.records);
+	if (!statement_ready(st))
 		statement_prepare(st,
-		                  psprintf("SELECT ctid, scope, key_id FROM %s "
-		                           "WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
-		                           "AND status OPERATOR(pg_catalog.<>) 'in_progress'%s LIMIT $1",
-		                           objects.records_name,
-		                           every_scope ? ""
-		                                       : psprintf(" AND %s.idem_scope_usable_by(scope, $2)",
-		                                                  objects.schema_name)),
-		                  every_scope ? 1 : 2, types);
+		                  psprintf(sql_format, objects.records_name,
+		                           every_scope
+		                               ? ""
+		                               : psprintf(" AND %s.idem_scope_usable_by(scope, $%d)",
+		                                          objects.schema_name, role_param)),
+		                  every_scope ? role_param - 1 : role_param, types);
+	return st;
+}
+
+// purge_batch on distributed records (routes.hpp): one DELETE that Citus
+// runs on every shard in parallel, from the coordinator only (a worker's
+// purge would only race it). Citus has no LIMIT for it, so a batch is every
+// expired record; it waits for a record a consumer holds instead of
+// skipping it, and the consumer that waits for it finds the key free.
+int64 purge_distributed(Oid only_for)
+{
+	int rc = SPI_execute("SELECT pg_catalog.citus_is_coordinator()", true, 1);
+	bool isnull;
+	if (rc != SPI_OK_SELECT || SPI_processed != 1 ||
+	    !DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+		return 0;
+	Oid types[] = {OIDOID};
+	Statement *st = purge_statement("purge:distributed", only_for,
+	                                "DELETE FROM %s "
+	                                "WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
+	                                "AND status::pg_catalog.text OPERATOR(pg_catalog.<>) "
+	                                "'in_progress'%s RETURNING scope",
+	                                1, types);
+	Datum values[] = {ObjectIdGetDatum(only_for)};
+	if (SPI_execute_plan(st->plan, values, NULL, false, 0) != SPI_OK_DELETE_RETURNING)
+		elog(ERROR, "pg_idem: purge failed");
+	if (stats_enabled()) {
+		StatsTally tally;
+		stats_tally_init(&tally);
+		for (uint64 i = 0; i < SPI_processed; i++)
+			stats_tally_add(&tally,
+			                DatumGetTextPP(SPI_getbinval(SPI_tuptable->vals[i],
+			                                             SPI_tuptable->tupdesc, 1, &isnull)),
+			                stat_purged);
+		stats_tally_flush(&tally);
 	}
+	CommandCounterIncrement();
+	return int64(SPI_processed);
+}
+
+} // namespace
+
+int64 purge_batch(int max_rows, Oid only_for)
+{
+	if (records_distributed())
+		return purge_distributed(only_for);
+	const ExtensionObjects &objects = extension_objects();
+	Oid types[] = {INT4OID, OIDOID};
+	Statement *st = purge_statement("purge:candidates", only_for,
+	                                "SELECT ctid, scope, key_id FROM %s "
+	                                "WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
+	                                "AND status OPERATOR(pg_catalog.<>) 'in_progress'%s LIMIT $1",
+	                                2, types);
 	Datum values[] = {Int32GetDatum(max_rows), ObjectIdGetDatum(only_for)};
 	if (SPI_execute_plan(st->plan, values, NULL, false, max_rows) != SPI_OK_SELECT)
 		elog(ERROR, "pg_idem: purge search failed");
@@ -116,6 +167,9 @@ int64 purge_batch(int max_rows, Oid only_for)
 
 void reconcile_batch(int max_rows, PurgeRound *round)
 {
+	// Not on distributed records yet (idem_reconcile says why).
+	if (records_distributed())
+		return;
 	// As idem_reconcile runs (as_owner.hpp), for the worker's role.
 	Oid caller;
 	int context;

@@ -18,8 +18,9 @@ extern "C" {
 #include "pg/as_owner.hpp"
 #include "pg/guard.hpp"
 #include "pg/scopes/scope_grants.hpp"
-#include "pg/plan_cache.hpp"
+#include "pg/records/record_statements.hpp"
 #include "pg/records/records.hpp"
+#include "pg/records/routes.hpp"
 #include "pg/scopes/scopes.hpp"
 
 #include <cstring>
@@ -27,25 +28,23 @@ extern "C" {
 namespace
 {
 
-// Runs one keyed statement on the record ($1 the key id, then $2 and $3
-// the timestamps, if given); returns the rows it touched.
-uint64 on_record(const char *signature, const char *sql_format, const idem::RecordRef &ref,
-                 TimestampTz recorded_at = 0, TimestampTz expires_at = 0)
+// Runs one statement about the record (record_statements.hpp: $1 the key
+// id, then $2 and $3 the timestamps, if given), which SPI must answer with
+// `expected`; returns the rows it touched.
+uint64 on_record(const char *signature, int expected, const char *sql_format,
+                 const idem::RecordRef &ref, TimestampTz recorded_at = 0,
+                 TimestampTz expires_at = 0)
 {
-	const idem::ExtensionObjects &objects = idem::extension_objects();
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
 	Oid types[] = {BYTEAOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
 	int nargs = recorded_at != 0 ? 3 : 1;
-	idem::Statement *st = idem::statement_for(signature, objects.records, objects.records_name,
-	                                          sql_format, nargs, types);
+	idem::RecordStatement st = idem::record_statement(signature, sql_format, nargs, types);
 	Datum values[] = {PointerGetDatum(ref.id), TimestampTzGetDatum(recorded_at),
 	                  TimestampTzGetDatum(expires_at)};
 	idem::OwnChange own = idem::cache_own_change_begin(ref.id);
-	if (SPI_execute_plan(st->plan, values, NULL, false, 0) < 0)
-		elog(ERROR, "pg_idem: %s failed", signature);
+	uint64 touched = idem::run_record_statement(st, ref, values, NULL, false, 0, expected);
 	idem::cache_own_change_end(own);
-	uint64 touched = SPI_processed;
 	SPI_finish();
 	return touched;
 }
@@ -55,13 +54,14 @@ idem::RecordRef operator_ref(const char *fn, FunctionCallInfo fcinfo, Oid caller
 	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 	                                       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
 	idem::check_scope(fn, caller, ref.scope);
+	idem::take_route(fn, fcinfo, 2, ref);
 	PreventCommandIfReadOnly(fn);
 	return ref;
 }
 
 } // namespace
 
-// idem_retry(scope, key): a dead record becomes failed, with max_attempts
+// idem_retry(scope, key, route): a dead record becomes failed, with max_attempts
 // more attempts, and lives a full TTL from the retry, as one that fails
 // does (so no purge takes it, and its attempt count, before the next
 // claim). The attempt counter keeps growing, so fencing tokens are never
@@ -72,18 +72,17 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_retry)
 	idem::RecordRef ref = operator_ref(fn, fcinfo, caller);
 	TimestampTz now = GetCurrentTransactionStartTimestamp();
 	TimestampTz expires_at = idem::record_expiry(fn, now, NULL, idem::scope_settings(ref.scope));
-	uint64 n = on_record("operator:retry",
+	uint64 n = on_record("operator:retry", SPI_OK_UPDATE,
 	                     "UPDATE %s SET status = 'failed', attempt_base = attempts, "
 	                     "recorded_at = $2, expires_at = $3 "
-	                     "WHERE key_id OPERATOR(pg_catalog.=) $1 "
-	                     "AND status OPERATOR(pg_catalog.=) 'dead'",
+	                     "WHERE %s AND status OPERATOR(pg_catalog.=) 'dead'",
 	                     ref, now, expires_at);
 	if (n > 0)
 		idem::cache_invalidate(ref.id);
 	PG_RETURN_BOOL(n > 0);
 }
 
-// idem_forget(scope, key): deletes the record; the next message with this
+// idem_forget(scope, key, route): deletes the record; the next message with this
 // key is new. Returns false when there was none. A claim in progress is
 // refused: its holder's attempt number would be handed out again, and its
 // late completion would land on someone else's claim. Such a claim ends by
@@ -92,16 +91,16 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_forget)
 {
 	static const char fn[] = "idem_forget";
 	idem::RecordRef ref = operator_ref(fn, fcinfo, caller);
-	uint64 n = on_record("operator:forget",
-	                     "DELETE FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1 "
+	uint64 n = on_record("operator:forget", SPI_OK_DELETE,
+	                     "DELETE FROM %s WHERE %s "
 	                     "AND status OPERATOR(pg_catalog.<>) 'in_progress'",
 	                     ref);
 	if (n > 0)
 		idem::cache_invalidate(ref.id);
 	// The status as text, as in reconcile.cpp: the primary key's probe,
 	// not a scan of idem_records_in_flight.
-	if (n == 0 && on_record("operator:in_progress",
-	                        "SELECT 1 FROM %s WHERE key_id OPERATOR(pg_catalog.=) $1 "
+	if (n == 0 && on_record("operator:in_progress", SPI_OK_SELECT,
+	                        "SELECT 1 FROM %s WHERE %s "
 	                        "AND status::pg_catalog.text OPERATOR(pg_catalog.=) 'in_progress' "
 	                        "FOR UPDATE",
 	                        ref) > 0)

@@ -24,6 +24,10 @@
 // (records_offer_to_cache): the same primary-key lookup, made while
 // idem_begin holds the record's row lock.
 //
+// On a Citus cluster, once idem_records is distributed (routes.hpp), none of
+// this runs: records are claimed and claims ended in SQL routed to the
+// shard of their route (routed_records.cpp).
+//
 // So the function never raises unique_violation and needs no subtransaction.
 // In REPEATABLE READ and SERIALIZABLE, a record the transaction's snapshot
 // cannot see, and a concurrent takeover, raise serialization failures
@@ -63,6 +67,8 @@ extern "C" {
 #include "pg/records/records.hpp"
 #include "pg/records/record_indexes.hpp"
 #include "pg/records/records_layout.hpp"
+#include "pg/records/routed_records.hpp"
+#include "pg/records/routes.hpp"
 
 #include <cstring>
 
@@ -276,6 +282,15 @@ bool insert_speculatively(Claims &c, const RecordRef &ref, const NewRecord &reco
 	}
 	if (record.fingerprint != NULL)
 		set(col_fingerprint, PointerGetDatum(record.fingerprint));
+	if (ref.routed) {
+		TupleDesc desc = RelationGetDescr(rel);
+		if (natts < col_route || TupleDescAttr(desc, col_route - 1)->atttypid != INT8OID ||
+		    TupleDescAttr(desc, col_route - 1)->attisdropped)
+			ereport(ERROR, errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+			        errmsg("%s lacks the route column of pg_idem 0.3", loc.records_name),
+			        errhint("Run ALTER EXTENSION pg_idem UPDATE."));
+		set(col_route, Int64GetDatum(ref.route));
+	}
 	if (record.claim_token != NULL || record.ttl != NULL) {
 		TupleDesc desc = RelationGetDescr(rel);
 		if (natts < col_ttl || TupleDescAttr(desc, col_claim_token - 1)->atttypid != UUIDOID ||
@@ -577,7 +592,7 @@ RecordRef record_ref(const char *fn, text *scope, text *key)
 	size_t id_len = record_key_id(VARDATA_ANY(scope), scope_len, VARDATA_ANY(key), key_len,
 	                              reinterpret_cast<uint8_t *>(VARDATA(id)));
 	SET_VARSIZE(id, VARHDRSZ + id_len);
-	return RecordRef{scope, key, id};
+	return RecordRef{scope, key, id, false, 0};
 }
 
 bool records_insert(const RecordRef &ref, const NewRecord &record)
@@ -590,6 +605,8 @@ bool records_insert(const RecordRef &ref, const NewRecord &record)
 
 bool records_end_claim(const RecordRef &ref, const pg_uuid_t *token, const ClaimEnd &end)
 {
+	if (records_distributed())
+		return routed_end_claim(ref, token, end);
 	Claims c(extension_objects());
 	open_table(c);
 	if (!records_layout_as_installed(RelationGetDescr(c.rel), *c.loc))
@@ -670,6 +687,10 @@ void records_offer_to_cache(const RecordRef &ref, TimestampTz now, uint64 genera
 bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at,
                         CacheAnswer *cache)
 {
+	if (records_distributed()) {
+		*cache = CacheAnswer::unused;
+		return routed_try_insert(ref, now, expires_at);
+	}
 	Claims c(extension_objects());
 	bool first = try_claim(c, ref, now, expires_at, cache);
 	close_claims(c);

@@ -14,11 +14,13 @@ namespace idem
 struct ExtensionObjects;
 
 // A validated (scope, key) and its key id (see src/core/record_key.hpp),
-// all palloc'd.
+// all palloc'd; and its route, when the call gave one (routes.hpp).
 struct RecordRef {
 	text *scope;
 	text *key;
 	bytea *id;
+	bool routed;
+	int64 route;
 };
 
 // Validates scope and key (errors with SQLSTATE 22004, 22023 or 54000) and

@@ -33,6 +33,8 @@ enum RecordColumn : AttrNumber {
 	// Added by pg_idem 0.3 (src/pg_idem--0.2--0.3.sql).
 	col_claim_token = 15,
 	col_ttl = 16,
+	// Added for Citus (the end of src/pg_idem--0.2--0.3.sql).
+	col_route = 17,
 };
 
 // Whether `desc` has idem_records' columns where the table path reads them

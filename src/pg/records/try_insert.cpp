@@ -1,4 +1,4 @@
-// idem_try_insert(scope, key, ttl): the unique-constraint pattern on the
+// idem_try_insert(scope, key, ttl, route): the unique-constraint pattern on the
 // managed table. What happens when a duplicate arrives is in records.cpp;
 // this file turns the SQL arguments into a claim, for a caller granted the
 // scope (scope_grants.hpp).
@@ -16,6 +16,7 @@ extern "C" {
 #include "pg/guard.hpp"
 #include "pg/scopes/scope_grants.hpp"
 #include "pg/records/records.hpp"
+#include "pg/records/routes.hpp"
 #include "pg/scopes/scopes.hpp"
 #include "pg/stats/stats.hpp"
 
@@ -25,6 +26,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_try_insert)
 	idem::RecordRef ref = idem::record_ref(fn, PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0),
 	                                       PG_ARGISNULL(1) ? NULL : PG_GETARG_TEXT_PP(1));
 	idem::check_scope(fn, caller, ref.scope);
+	idem::take_route(fn, fcinfo, 3, ref);
 	// The record is written below SQL, so the checks a plain INSERT gets
 	// from the executor are made here.
 	PreventCommandIfReadOnly(fn);

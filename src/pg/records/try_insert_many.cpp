@@ -27,6 +27,7 @@ extern "C" {
 #include "pg/batches.hpp"
 #include "pg/guard.hpp"
 #include "pg/records/records.hpp"
+#include "pg/records/routes.hpp"
 #include "pg/scopes/scope_grants.hpp"
 #include "pg/scopes/scopes.hpp"
 #include "pg/stats/stats.hpp"
@@ -112,6 +113,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_try_insert_many)
 	int given;
 	int n = batch_keys(scope, PG_GETARG_ARRAYTYPE_P(1), &batch, &given);
 	idem::check_scope(fn, caller, scope);
+	idem::refuse_if_distributed(fn);
 	// Before anything is written: a call where no set is accepted is an
 	// error here.
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);

@@ -1,0 +1,80 @@
+// routes.hpp: a record's route, and whether idem_records is distributed.
+extern "C" {
+#include "postgres.h"
+
+#include "catalog/namespace.h"
+#include "catalog/pg_namespace_d.h"
+#include "catalog/pg_type_d.h"
+#include "executor/spi.h"
+#include "utils/lsyscache.h"
+}
+
+#include "pg/extension_objects.hpp"
+#include "pg/records/records.hpp"
+#include "pg/records/routes.hpp"
+
+namespace idem
+{
+
+namespace
+{
+
+// The answer, and the invalidation count it was found at.
+bool asked = false;
+bool distributed;
+uint64 distributed_at;
+
+bool ask_citus(Oid records)
+{
+	Oid catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
+	if (!OidIsValid(catalog))
+		return false; // no Citus in this database
+	if (SPI_connect() != SPI_OK_CONNECT)
+		elog(ERROR, "pg_idem: SPI_connect failed");
+	Oid types[] = {OIDOID};
+	Datum values[] = {ObjectIdGetDatum(records)};
+	int rc = SPI_execute_with_args("SELECT 1 FROM pg_catalog.pg_dist_partition "
+	                               "WHERE logicalrelid OPERATOR(pg_catalog.=) $1",
+	                               1, types, values, NULL, true, 1);
+	if (rc != SPI_OK_SELECT)
+		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
+	bool found = SPI_processed > 0;
+	SPI_finish();
+	return found;
+}
+
+} // namespace
+
+bool records_distributed()
+{
+	uint64 generation = extension_objects_generation();
+	if (!asked || distributed_at != generation) {
+		distributed = ask_citus(extension_objects().records);
+		distributed_at = generation;
+		asked = true;
+	}
+	return distributed;
+}
+
+void take_route(const char *fn, FunctionCallInfo fcinfo, int argno, RecordRef &ref)
+{
+	ref.routed = PG_NARGS() > argno && !PG_ARGISNULL(argno);
+	ref.route = ref.routed ? PG_GETARG_INT64(argno) : 0;
+	if (!ref.routed && records_distributed())
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+		        errmsg("%s: route must not be null: pg_idem's records are distributed", fn),
+		        errdetail("A record lives in the shard of its route, the distribution value "
+		                  "of the business row it protects."),
+		        errhint("Pass route => the business row's distribution value, the same for "
+		                "every call about this key."));
+}
+
+void refuse_if_distributed(const char *fn)
+{
+	if (records_distributed())
+		ereport(ERROR, errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+		        errmsg("%s is not supported on distributed records yet", fn),
+		        errhint("See docs/citus.md for what runs on distributed records."));
+}
+
+} // namespace idem

@@ -90,8 +90,8 @@ int64 purge_distributed(Oid only_for)
 	Statement *st = purge_statement("purge:distributed", only_for,
 	                                "DELETE FROM %s "
 	                                "WHERE expires_at OPERATOR(pg_catalog.<=) pg_catalog.now() "
-	                                "AND status::pg_catalog.text OPERATOR(pg_catalog.<>) "
-	                                "'in_progress'%s RETURNING scope",
+	                                "AND status OPERATOR(pg_catalog.<>) 'in_progress'%s "
+	                                "RETURNING scope",
 	                                1, types);
 	Datum values[] = {ObjectIdGetDatum(only_for)};
 	if (SPI_execute_plan(st->plan, values, NULL, false, 0) != SPI_OK_DELETE_RETURNING)

@@ -42,7 +42,7 @@ bool routed_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expire
 	        "fingerprint = NULL, result = NULL, last_error = NULL "
 	        "WHERE %s.idem_same_key(r.scope, r.key, $2, $3) "
 	        "AND r.expires_at OPERATOR(pg_catalog.<=) $4 "
-	        "AND r.status::pg_catalog.text OPERATOR(pg_catalog.<>) 'in_progress' "
+	        "AND r.status OPERATOR(pg_catalog.<>) 'in_progress' "
 	        "RETURNING 1",
 	        extension_objects().schema_name),
 	    5, types, true);
@@ -57,35 +57,52 @@ bool routed_end_claim(const RecordRef &ref, const pg_uuid_t *token, const ClaimE
 {
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
+	// The claim, locked, if the token holds it. Its expiry is computed
+	// here: Citus runs no STABLE function of a column (timestamptz +
+	// interval) in an UPDATE.
+	Oid lock_types[] = {BYTEAOID, UUIDOID};
+	RecordStatement lock = record_statement(
+	    "routed:end_claim:lock",
+	    "SELECT ttl FROM %s WHERE %s AND status OPERATOR(pg_catalog.=) 'in_progress' "
+	    "AND claim_token OPERATOR(pg_catalog.=) $2 FOR UPDATE",
+	    2, lock_types);
+	Datum lock_values[] = {PointerGetDatum(ref.id), UUIDPGetDatum(const_cast<pg_uuid_t *>(token))};
+	if (run_record_statement(lock, ref, lock_values, NULL, false, 1, SPI_OK_SELECT) == 0) {
+		SPI_finish();
+		return false;
+	}
+	bool isnull;
+	Datum own_ttl = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	Datum ttl = isnull ? IntervalPGetDatum(const_cast<Interval *>(end.ttl)) : own_ttl;
+	Datum expires_at =
+	    DirectFunctionCall2(timestamptz_pl_interval, TimestampTzGetDatum(end.recorded_at), ttl);
+
 	const ExtensionObjects &objects = extension_objects();
-	Oid types[] = {BYTEAOID,       UUIDOID,     objects.status_type,
-	               TIMESTAMPTZOID, INTERVALOID, BOOLOID,
-	               JSONBOID,       BOOLOID,     BOOLOID};
-	RecordStatement st = record_statement(
+	Oid types[] = {
+	    BYTEAOID, objects.status_type, TIMESTAMPTZOID, TIMESTAMPTZOID, BOOLOID, JSONBOID, BOOLOID,
+	    BOOLOID};
+	RecordStatement update = record_statement(
 	    "routed:end_claim",
-	    "UPDATE %s SET status = $3, recorded_at = $4, "
-	    "expires_at = $4 OPERATOR(pg_catalog.+) COALESCE(ttl, $5), "
+	    "UPDATE %s SET status = $2, recorded_at = $3, expires_at = $4, "
 	    "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
 	    "claim_token = NULL, "
-	    "result = CASE WHEN $6 THEN $7 ELSE result END, "
-	    "last_error = CASE WHEN $8 THEN NULL ELSE last_error END, "
-	    "attempt_base = attempt_base OPERATOR(pg_catalog.+) CASE WHEN $9 THEN 1 ELSE 0 END "
-	    "WHERE %s AND status::pg_catalog.text OPERATOR(pg_catalog.=) 'in_progress' "
-	    "AND claim_token OPERATOR(pg_catalog.=) $2",
-	    9, types);
+	    "result = CASE WHEN $5 THEN $6 ELSE result END, "
+	    "last_error = CASE WHEN $7 THEN NULL ELSE last_error END, "
+	    "attempt_base = attempt_base OPERATOR(pg_catalog.+) CASE WHEN $8 THEN 1 ELSE 0 END "
+	    "WHERE %s",
+	    8, types);
 	Datum values[] = {PointerGetDatum(ref.id),
-	                  UUIDPGetDatum(const_cast<pg_uuid_t *>(token)),
 	                  ObjectIdGetDatum(end.status),
 	                  TimestampTzGetDatum(end.recorded_at),
-	                  IntervalPGetDatum(const_cast<Interval *>(end.ttl)),
+	                  expires_at,
 	                  BoolGetDatum(end.set_result),
 	                  end.result,
 	                  BoolGetDatum(end.clear_last_error),
 	                  BoolGetDatum(end.release)};
-	char nulls[] = "         ";
+	char nulls[] = "        ";
 	if (end.result == 0)
-		nulls[6] = 'n';
-	bool ended = run_record_statement(st, ref, values, nulls, false, 0, SPI_OK_UPDATE) > 0;
+		nulls[5] = 'n';
+	bool ended = run_record_statement(update, ref, values, nulls, false, 0, SPI_OK_UPDATE) > 0;
 	SPI_finish();
 	return ended;
 }

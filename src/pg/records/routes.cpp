@@ -65,7 +65,7 @@ void take_route(const char *fn, FunctionCallInfo fcinfo, int argno, RecordRef &r
 		        errmsg("%s: route must not be null: pg_idem's records are distributed", fn),
 		        errdetail("A record lives in the shard of its route, the distribution value "
 		                  "of the business row it protects."),
-		        errhint("Pass route => the business row's distribution value, the same for "
+		        errhint("Pass the business row's distribution value as route, the same for "
 		                "every call about this key."));
 }
 

@@ -328,6 +328,14 @@ AS 'MODULE_PATHNAME', 'idem_forget'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
 REVOKE ALL ON FUNCTION @extschema@.idem_forget(text, text, bigint) FROM PUBLIC;
 
+-- A change of a scope's settings reaches every backend's cache at commit,
+-- also on a Citus worker, where idem_configure's own invalidation does not
+-- run (src/pg/scopes/scope_grants.cpp).
+CREATE TRIGGER idem_scopes_changed
+    AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON @extschema@.idem_scopes
+    FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.idem_scope_grants_changed();
+ALTER TABLE @extschema@.idem_scopes ENABLE ALWAYS TRIGGER idem_scopes_changed;
+
 -- On a distributed records table a duplicate is found by INSERT ... ON
 -- CONFLICT on the worker: this check, in its DO UPDATE's WHERE, makes a
 -- key id shared by two keys (a SHA-256 collision of long keys) an error
@@ -339,7 +347,8 @@ AS 'MODULE_PATHNAME', 'idem_same_key'
 LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
 
 -- Makes idem_records a Citus distributed table colocated with the business
--- table colocate_with, distributed by route (src/pg_idem's docs/citus.md).
+-- table colocate_with, distributed by route, and the scopes' settings and
+-- grants reference tables, which every node reads locally (docs/citus.md).
 -- Run on the coordinator, by the owner of pg_idem or a superuser, before
 -- records exist without a route. The stream positions stay on the
 -- coordinator: a position orders a partition, not a business row.
@@ -407,6 +416,11 @@ BEGIN
     DROP TRIGGER IF EXISTS idem_records_truncating ON @extschema@.idem_records;
     PERFORM pg_catalog.create_distributed_table(records, 'route',
                                                 colocate_with => colocate_with::text);
+    -- Their statement triggers invalidate each node's caches when the
+    -- coordinator changes a placement, which Citus allows only so.
+    PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
+    PERFORM pg_catalog.create_reference_table('@extschema@.idem_scopes'::pg_catalog.regclass);
+    PERFORM pg_catalog.create_reference_table('@extschema@.idem_scope_grants'::pg_catalog.regclass);
 END
 $$;
 REVOKE ALL ON FUNCTION @extschema@.idem_distribute(regclass) FROM PUBLIC;

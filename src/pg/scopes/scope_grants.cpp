@@ -309,16 +309,22 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_may_use_scope)
 	PG_RETURN_BOOL(idem::may_use_scope(caller, VARDATA_ANY(scope), VARSIZE_ANY_EXHDR(scope)));
 }
 
-// The statement trigger of idem_scope_grants: any change, made by
-// idem_grant or in SQL, makes every backend forget its answers at commit
-// (a relcache invalidation of the table: extension_objects_generation()).
+// The statement trigger of idem_scope_grants and of idem_scopes: any
+// change, made by idem_grant, idem_configure or in SQL, makes every backend
+// forget its answers and settings at commit (a relcache invalidation of
+// both tables: extension_objects_generation(), scopes.cpp's cache). By the
+// tables' own OIDs, not the trigger's relation: on a Citus worker the
+// trigger fires on the reference table's placement, a table of another
+// name (idem_distribute).
 IDEM_SQL_FUNCTION(idem_scope_grants_changed)
 {
 	if (!CALLED_AS_TRIGGER(fcinfo))
 		ereport(ERROR, errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
 		        errmsg("idem_scope_grants_changed: not called as a trigger"));
-	TriggerData *trigger = reinterpret_cast<TriggerData *>(fcinfo->context);
-	CacheInvalidateRelcacheByRelid(RelationGetRelid(trigger->tg_relation));
+	const idem::ExtensionObjects &objects = idem::extension_objects();
+	CacheInvalidateRelcacheByRelid(objects.scopes);
+	if (OidIsValid(objects.scope_grants))
+		CacheInvalidateRelcacheByRelid(objects.scope_grants);
 	return PointerGetDatum(NULL);
 }
 

@@ -36,6 +36,7 @@ extern "C" {
 #include "miscadmin.h"
 #include "utils/acl.h"
 #include "utils/builtins.h"
+#include "utils/datum.h"
 #include "utils/guc.h"
 #include "utils/memutils.h"
 #include "utils/resowner.h"
@@ -52,6 +53,8 @@ extern "C" {
 #include "pg/guard.hpp"
 #include "pg/scopes/scope_grants.hpp"
 #include "pg/plan_cache.hpp"
+#include "pg/records/record_statements.hpp"
+#include "pg/records/records.hpp"
 #include "pg/records/routes.hpp"
 #include "pg/claims/reconcile.hpp"
 #include "pg/scopes/scopes.hpp"
@@ -75,7 +78,10 @@ struct Candidate {
 	text *key;
 	int attempts;
 	int attempt_base;
-	bool settled; // recorded completed, failed or dead
+	bool routed; // on distributed records: its route, and its own ttl
+	int64 route;
+	Interval *ttl; // read under the row lock; NULL: the scope's
+	bool settled;  // recorded completed, failed or dead
 	bool dead;
 };
 
@@ -167,28 +173,31 @@ Candidate *select_candidates(const ExtensionObjects &objects, const text *scope,
 	// Two statements: one for every scope (also on 0.2's SQL, which has no
 	// grants), one that keeps to the caller's ($3).
 	bool every_scope = may_use_every_scope(caller);
-	static const char every_signature[] = "reconcile:select";
-	static const char granted_signature[] = "reconcile:select:granted";
-	Statement *select =
-	    every_scope
-	        ? statement_lookup(every_signature, sizeof every_signature, objects.records)
-	        : statement_lookup(granted_signature, sizeof granted_signature, objects.records);
+	// On distributed records (routes.hpp) Citus locks no rows of a search
+	// across shards: the search locks nothing, and each candidate is
+	// locked in its own shard afterwards (lock_routed).
+	bool routed = records_distributed();
+	const char *signature =
+	    psprintf("reconcile:select%s%s", every_scope ? "" : ":granted", routed ? ":routed" : "");
+	Statement *select = statement_lookup(signature, strlen(signature), objects.records);
 	if (!statement_ready(select)) {
 		Oid select_types[] = {TEXTOID, INT4OID, OIDOID};
 		statement_prepare(
 		    select,
-		    psprintf("SELECT r.key_id, r.scope, r.key, r.attempts, r.attempt_base FROM %s r "
+		    psprintf("SELECT r.key_id, r.scope, r.key, r.attempts, r.attempt_base, r.route "
+		             "FROM %s r "
 		             "WHERE r.status OPERATOR(pg_catalog.=) 'in_progress' "
 		             "AND r.lease_expires_at OPERATOR(pg_catalog.<=) "
 		             "pg_catalog.clock_timestamp() "
 		             "AND ($1 IS NULL OR r.scope OPERATOR(pg_catalog.=) $1) "
 		             "AND r.scope COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) ANY (ARRAY("
 		             "SELECT s.scope FROM %s s WHERE s.reconcile_function IS NOT NULL%s)) "
-		             "ORDER BY r.lease_expires_at LIMIT $2 FOR UPDATE OF r SKIP LOCKED",
+		             "ORDER BY r.lease_expires_at LIMIT $2%s",
 		             objects.records_name, objects.scopes_name,
 		             every_scope ? ""
 		                         : psprintf(" AND %s.idem_scope_usable_by(s.scope, $3)",
-		                                    objects.schema_name)),
+		                                    objects.schema_name),
+		             routed ? "" : " FOR UPDATE OF r SKIP LOCKED"),
 		    every_scope ? 2 : 3, select_types);
 	}
 	Datum select_values[] = {PointerGetDatum(scope), Int32GetDatum(max_rows),
@@ -208,6 +217,9 @@ Candidate *select_candidates(const ExtensionObjects &objects, const text *scope,
 		candidates[i].key = DatumGetTextPCopy(SPI_getbinval(row, desc, 3, &isnull));
 		candidates[i].attempts = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
 		candidates[i].attempt_base = DatumGetInt32(SPI_getbinval(row, desc, 5, &isnull));
+		Datum route = SPI_getbinval(row, desc, 6, &isnull);
+		candidates[i].routed = records_distributed();
+		candidates[i].route = isnull ? 0 : DatumGetInt64(route);
 	}
 	return candidates;
 }
@@ -254,6 +266,61 @@ bool reconciler_still_usable(const Candidate &c, const ScopeSettings &settings)
 	return true;
 }
 
+// The candidate as a record reference, for statements routed to its shard.
+RecordRef record_of(const Candidate &c)
+{
+	return RecordRef{c.scope, c.key, c.id, true, c.route};
+}
+
+// On distributed records: locks the candidate in its shard, if it is still
+// the claim the search saw and no one holds it (SKIP LOCKED, as the search
+// on one node), and reads its own ttl. False: leave it.
+bool lock_routed(Candidate &c)
+{
+	Oid types[] = {BYTEAOID, INT4OID};
+	RecordStatement lock = record_statement(
+	    "reconcile:lock",
+	    "SELECT ttl FROM %s WHERE %s AND status OPERATOR(pg_catalog.=) 'in_progress' "
+	    "AND attempts OPERATOR(pg_catalog.=) $2 "
+	    "AND lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() "
+	    "FOR UPDATE SKIP LOCKED",
+	    2, types);
+	Datum values[] = {PointerGetDatum(c.id), Int32GetDatum(c.attempts)};
+	if (run_record_statement(lock, record_of(c), values, NULL, false, 1, SPI_OK_SELECT) == 0)
+		return false;
+	bool isnull;
+	Datum ttl = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+	c.ttl = isnull ? NULL
+	               : reinterpret_cast<Interval *>(
+	                     DatumGetPointer(datumCopy(ttl, false, sizeof(Interval))));
+	return true;
+}
+
+// settle's update on distributed records: routed to the claim's shard, the
+// expiry computed here (Citus runs no STABLE function of a column in an
+// UPDATE), under the row lock of lock_routed.
+uint64 settle_routed(const ExtensionObjects &objects, const Candidate &c, Oid status,
+                     TimestampTz now, const Interval *scope_ttl)
+{
+	Datum expires_at = DirectFunctionCall2(
+	    timestamptz_pl_interval, TimestampTzGetDatum(now),
+	    IntervalPGetDatum(const_cast<Interval *>(c.ttl != NULL ? c.ttl : scope_ttl)));
+	Oid types[] = {BYTEAOID, INT4OID, objects.status_type, TIMESTAMPTZOID, TIMESTAMPTZOID};
+	RecordStatement update =
+	    record_statement("reconcile:update:routed",
+	                     "UPDATE %s SET status = $3, recorded_at = $4, expires_at = $5, "
+	                     "lease_expires_at = NULL, holder_pid = NULL, holder_started_at = NULL, "
+	                     "claim_token = NULL, "
+	                     "last_error = CASE WHEN $3 OPERATOR(pg_catalog.=) 'completed' "
+	                     "THEN last_error ELSE 'reconciled: the effect did not happen' END "
+	                     "WHERE %s AND status OPERATOR(pg_catalog.=) 'in_progress' "
+	                     "AND attempts OPERATOR(pg_catalog.=) $2",
+	                     5, types);
+	Datum values[] = {PointerGetDatum(c.id), Int32GetDatum(c.attempts), ObjectIdGetDatum(status),
+	                  TimestampTzGetDatum(now), expires_at};
+	return run_record_statement(update, record_of(c), values, NULL, false, 0, SPI_OK_UPDATE);
+}
+
 // Records the function's answer: completed, or failed (dead when the
 // attempts are used up), fenced on the attempt the select saw.
 ReconcileOutcome settle(const ExtensionObjects &objects, Statement *update, Candidate &c,
@@ -270,15 +337,22 @@ ReconcileOutcome settle(const ExtensionObjects &objects, Statement *update, Cand
 	TimestampTz now = GetCurrentTimestamp();
 	// The claim's own ttl, else the scope's.
 	Interval ttl = scope_ttl(settings);
-	Datum values[] = {PointerGetDatum(c.id), Int32GetDatum(c.attempts), ObjectIdGetDatum(status),
-	                  TimestampTzGetDatum(now), IntervalPGetDatum(&ttl)};
-	OwnChange own = cache_own_change_begin(c.id);
-	if (SPI_execute_plan(update->plan, values, NULL, false, 0) != SPI_OK_UPDATE)
-		elog(ERROR, "pg_idem: reconciliation update failed");
-	cache_own_change_end(own);
+	uint64 updated;
+	if (c.routed) {
+		updated = settle_routed(objects, c, status, now, &ttl);
+	} else {
+		Datum values[] = {PointerGetDatum(c.id), Int32GetDatum(c.attempts),
+		                  ObjectIdGetDatum(status), TimestampTzGetDatum(now),
+		                  IntervalPGetDatum(&ttl)};
+		OwnChange own = cache_own_change_begin(c.id);
+		if (SPI_execute_plan(update->plan, values, NULL, false, 0) != SPI_OK_UPDATE)
+			elog(ERROR, "pg_idem: reconciliation update failed");
+		cache_own_change_end(own);
+		updated = SPI_processed;
+	}
 	// Under the row lock of the select, the fenced update always matches;
 	// should it not, nothing was settled.
-	c.settled = SPI_processed == 1;
+	c.settled = updated == 1;
 	if (!c.settled)
 		return ReconcileOutcome::unknown;
 	cache_invalidate(c.id);
@@ -346,8 +420,11 @@ int reconcile_expired_leases(const text *scope, int max_rows, Oid caller, Reconc
 	                  5, update_types);
 
 	Reconciled *out = static_cast<Reconciled *>(palloc0(sizeof(Reconciled) * (n + 1)));
+	int reported = 0;
 	for (int i = 0; i < n; i++) {
 		Candidate &c = candidates[i];
+		if (c.routed && !lock_routed(c))
+			continue; // settled, renewed or held since the search
 		ScopeSettings settings = scope_settings(c.scope);
 		ReconcileOutcome outcome = ReconcileOutcome::no_reconciler;
 		if (reconciler_still_usable(c, settings)) {
@@ -357,11 +434,11 @@ int reconcile_expired_leases(const text *scope, int max_rows, Oid caller, Reconc
 			outcome = unknown ? ReconcileOutcome::unknown
 			                  : settle(objects, update, c, settings, happened);
 		}
-		out[i] = Reconciled{c.scope, c.key, c.attempts, outcome};
+		out[reported++] = Reconciled{c.scope, c.key, c.attempts, outcome};
 	}
 	count_settled(candidates, n);
 	*rows = out;
-	return n;
+	return reported;
 }
 
 } // namespace idem
@@ -379,9 +456,6 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_reconcile)
 	const text *scope = PG_ARGISNULL(0) ? NULL : PG_GETARG_TEXT_PP(0);
 	if (scope != NULL)
 		idem::check_scope(fn, caller, scope);
-	// Its search locks claims across shards (FOR UPDATE SKIP LOCKED), which
-	// Citus does not run: docs/citus.md says how to find them meanwhile.
-	idem::refuse_if_distributed(fn);
 	PreventCommandIfReadOnly(fn);
 	int max_rows = PG_GETARG_INT32(1);
 	InitMaterializedSRF(fcinfo, 0);

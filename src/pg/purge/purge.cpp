@@ -167,9 +167,6 @@ int64 purge_batch(int max_rows, Oid only_for)
 
 void reconcile_batch(int max_rows, PurgeRound *round)
 {
-	// Not on distributed records yet (idem_reconcile says why).
-	if (records_distributed())
-		return;
 	// As idem_reconcile runs (as_owner.hpp), for the worker's role.
 	Oid caller;
 	int context;

@@ -81,10 +81,7 @@ Statement *purge_statement(const char *signature, Oid only_for, const char *sql_
 // skipping it, and the consumer that waits for it finds the key free.
 int64 purge_distributed(Oid only_for)
 {
-	int rc = SPI_execute("SELECT pg_catalog.citus_is_coordinator()", true, 1);
-	bool isnull;
-	if (rc != SPI_OK_SELECT || SPI_processed != 1 ||
-	    !DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+	if (!records_coordinator())
 		return 0;
 	Oid types[] = {OIDOID};
 	Statement *st = purge_statement("purge:distributed", only_for,
@@ -94,6 +91,7 @@ int64 purge_distributed(Oid only_for)
 	                                "RETURNING scope",
 	                                1, types);
 	Datum values[] = {ObjectIdGetDatum(only_for)};
+	bool isnull;
 	if (SPI_execute_plan(st->plan, values, NULL, false, 0) != SPI_OK_DELETE_RETURNING)
 		elog(ERROR, "pg_idem: purge failed");
 	if (stats_enabled()) {
@@ -167,6 +165,9 @@ int64 purge_batch(int max_rows, Oid only_for)
 
 void reconcile_batch(int max_rows, PurgeRound *round)
 {
+	// On a Citus cluster, the coordinator's worker reconciles every shard.
+	if (records_distributed() && !records_coordinator())
+		return;
 	// As idem_reconcile runs (as_owner.hpp), for the worker's role.
 	Oid caller;
 	int context;

@@ -69,6 +69,14 @@ void take_route(const char *fn, FunctionCallInfo fcinfo, int argno, RecordRef &r
 		                "every call about this key."));
 }
 
+bool records_coordinator()
+{
+	int rc = SPI_execute("SELECT pg_catalog.citus_is_coordinator()", true, 1);
+	bool isnull;
+	return rc == SPI_OK_SELECT && SPI_processed == 1 &&
+	       DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 void refuse_if_distributed(const char *fn)
 {
 	if (records_distributed())

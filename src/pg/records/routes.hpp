@@ -28,6 +28,11 @@ bool records_distributed();
 // be found in, nor written to, the shard of its business row.
 void take_route(const char *fn, FunctionCallInfo fcinfo, int argno, RecordRef &ref);
 
+// On distributed records, whether this node is the Citus coordinator, where
+// the purge worker purges and reconciles for every shard (on a worker it
+// would only race it). Inside SPI.
+bool records_coordinator();
+
 // A call that has no routed form yet on a distributed idem_records
 // (0A000), rather than a write to the coordinator's empty shell table.
 void refuse_if_distributed(const char *fn);

@@ -115,13 +115,15 @@ LANGUAGE C STABLE PARALLEL RESTRICTED;
 -- keys of one scope in one call. Returns the positions in keys (1-based, as
 -- WITH ORDINALITY numbers them) of the keys it recorded; a key repeated in
 -- the batch is recorded once, at its first position. At most 10,000 keys.
+-- routes: the route of each key (routes.cpp), one per key, in order.
 CREATE FUNCTION @extschema@.idem_try_insert_many(scope text, keys text[],
-                                                 ttl interval DEFAULT NULL)
+                                                 ttl interval DEFAULT NULL,
+                                                 routes bigint[] DEFAULT NULL)
 RETURNS SETOF integer
 AS 'MODULE_PATHNAME', 'idem_try_insert_many'
 LANGUAGE C VOLATILE PARALLEL UNSAFE ROWS 100;
 
-REVOKE ALL ON FUNCTION @extschema@.idem_try_insert_many(text, text[], interval) FROM PUBLIC;
+REVOKE ALL ON FUNCTION @extschema@.idem_try_insert_many(text, text[], interval, bigint[]) FROM PUBLIC;
 
 -- idem_advance for a batch of positions of one partition, in order, with
 -- one update of its row (src/pg/messages/stream_positions.cpp). Returns the

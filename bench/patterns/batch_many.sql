@@ -1,4 +1,4 @@
--- requires: idem_try_insert_many(text, text[], interval)
+-- requires: idem_try_insert_many(text, text[], interval, bigint[])
 -- A batch deduplicated by pg_idem, in one statement: idem_try_insert_many
 -- records the batch's keys and returns the positions of those it recorded
 -- now (an order twice in the batch at its first position only); the points

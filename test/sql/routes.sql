@@ -22,6 +22,15 @@ SELECT idem_forget('routed', 'order-1', 42) AS forgotten;
 SELECT idem_try_insert('routed', 'order-1', NULL, 5) AS new_again;
 SELECT route FROM idem_records WHERE scope = 'routed' AND key = 'order-1';
 
+-- A batch takes one route per key.
+SELECT * FROM idem_try_insert_many('routed-batch', ARRAY['a', 'b', 'a'], NULL, ARRAY[1, 2, 1]);
+SELECT key, route FROM idem_records WHERE scope = 'routed-batch' ORDER BY key;
+SELECT * FROM idem_try_insert_many('routed-batch', ARRAY['c', 'd'], routes => ARRAY[3]);
+\echo :LAST_ERROR_SQLSTATE
+SELECT * FROM idem_try_insert_many('routed-batch', ARRAY['c', 'd'], routes => ARRAY[3, NULL]);
+\echo :LAST_ERROR_SQLSTATE
+SELECT count(*) AS nothing_written FROM idem_records WHERE scope = 'routed-batch' AND key IN ('c', 'd');
+
 -- A key recorded by a rolled-back transaction leaves no record.
 BEGIN;
 SELECT idem_try_insert('routed', 'rolled-back', NULL, 9);

@@ -6,7 +6,7 @@ CREATE ROLE regress_team_a;
 CREATE ROLE regress_team_b;
 CREATE ROLE regress_alice;
 GRANT EXECUTE ON FUNCTION
-    idem_try_insert(text, text, interval), idem_try_insert_many(text, text[], interval),
+    idem_try_insert(text, text, interval), idem_try_insert_many(text, text[], interval, bigint[]),
     idem_begin(text, text, interval, text, interval, boolean, interval, bigint),
     idem_complete(text, text, uuid, jsonb, bigint), idem_fail(text, text, uuid, text, boolean, bigint),
     idem_release(text, text, uuid, bigint), idem_lookup(text, text, bigint),

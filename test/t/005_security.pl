@@ -159,7 +159,7 @@ CREATE ROLE hostile LOGIN;
 CREATE ROLE outsider LOGIN;
 -- What the README says to grant a consumer.
 GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval),
-    idem_try_insert_many(text, text[], interval),
+    idem_try_insert_many(text, text[], interval, bigint[]),
     idem_begin(text, text, interval, text, interval, boolean, interval, bigint),
     idem_complete(text, text, uuid, jsonb, bigint),
     idem_fail(text, text, uuid, text, boolean, bigint),

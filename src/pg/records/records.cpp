@@ -700,6 +700,14 @@ bool records_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expir
 void records_try_insert_many(const RecordRef *refs, int n, TimestampTz now, TimestampTz expires_at,
                              bool *first)
 {
+	if (records_distributed()) {
+		// One routed statement per key, each to its own shard.
+		for (int i = 0; i < n; i++) {
+			CHECK_FOR_INTERRUPTS();
+			first[i] = routed_try_insert(refs[i], now, expires_at);
+		}
+		return;
+	}
 	Claims c(extension_objects());
 	c.batch = true;
 	// What one key's lookups and insertion allocate is freed before the

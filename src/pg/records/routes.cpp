@@ -77,12 +77,4 @@ bool records_coordinator()
 	       DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
-void refuse_if_distributed(const char *fn)
-{
-	if (records_distributed())
-		ereport(ERROR, errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-		        errmsg("%s is not supported on distributed records yet", fn),
-		        errhint("See docs/citus.md for what runs on distributed records."));
-}
-
 } // namespace idem

@@ -33,8 +33,4 @@ void take_route(const char *fn, FunctionCallInfo fcinfo, int argno, RecordRef &r
 // would only race it). Inside SPI.
 bool records_coordinator();
 
-// A call that has no routed form yet on a distributed idem_records
-// (0A000), rather than a write to the coordinator's empty shell table.
-void refuse_if_distributed(const char *fn);
-
 } // namespace idem

@@ -70,14 +70,21 @@ void key_context(void *arg)
 	errcontext("key %d of the batch", *static_cast<int *>(arg));
 }
 
-// The batch's keys, checked, with their key ids, in key id order and each
+// The batch's keys, checked, with their key ids (and their routes, the
+// same number of them, when `routes` is given), in key id order and each
 // once (at its first position). Returns how many there are; *given is how
 // many the batch had.
-int batch_keys(text *scope, ArrayType *keys, BatchKey **out, int *given_out)
+int batch_keys(text *scope, ArrayType *keys, ArrayType *routes, BatchKey **out, int *given_out)
 {
 	Datum *elems;
 	bool *nulls;
 	int n = idem::batch_elements(fn, "keys", keys, TEXTOID, &elems, &nulls);
+	Datum *route_elems = NULL;
+	bool *route_nulls = NULL;
+	if (routes != NULL &&
+	    idem::batch_elements(fn, "routes", routes, INT8OID, &route_elems, &route_nulls) != n)
+		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+		        errmsg("%s: routes must have one element per key", fn));
 	BatchKey *batch = static_cast<BatchKey *>(palloc(sizeof(BatchKey) * n));
 	int position = 0;
 	ErrorContextCallback context;
@@ -91,6 +98,12 @@ int batch_keys(text *scope, ArrayType *keys, BatchKey **out, int *given_out)
 			idem::batch_null_element(fn, "keys", i);
 		batch[i].ref = idem::record_ref(fn, scope, DatumGetTextPP(elems[i]));
 		batch[i].position = position;
+		if (routes != NULL) {
+			if (route_nulls[i])
+				idem::batch_null_element(fn, "routes", i);
+			batch[i].ref.routed = true;
+			batch[i].ref.route = DatumGetInt64(route_elems[i]);
+		}
 	}
 	error_context_stack = context.previous;
 
@@ -109,11 +122,16 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_try_insert_many)
 	if (PG_ARGISNULL(1))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 		        errmsg("%s: keys must not be null", fn));
+	// routes (routes.hpp): required once the records are distributed.
+	ArrayType *routes = PG_NARGS() > 3 && !PG_ARGISNULL(3) ? PG_GETARG_ARRAYTYPE_P(3) : NULL;
 	BatchKey *batch;
 	int given;
-	int n = batch_keys(scope, PG_GETARG_ARRAYTYPE_P(1), &batch, &given);
+	int n = batch_keys(scope, PG_GETARG_ARRAYTYPE_P(1), routes, &batch, &given);
 	idem::check_scope(fn, caller, scope);
-	idem::refuse_if_distributed(fn);
+	if (routes == NULL && idem::records_distributed())
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+		        errmsg("%s: routes must not be null: pg_idem's records are distributed", fn),
+		        errhint("Pass the business rows' distribution values as routes, one per key."));
 	// Before anything is written: a call where no set is accepted is an
 	// error here.
 	InitMaterializedSRF(fcinfo, MAT_SRF_USE_EXPECTED_DESC);

@@ -364,6 +364,8 @@ DECLARE
     dist_column pg_catalog.text;
     dist_type pg_catalog.regtype;
     method "char";
+    reshape pg_catalog.text;
+    failed pg_catalog.text;
 BEGIN
     IF NOT pg_catalog.pg_has_role(CURRENT_USER,
                                   (SELECT extowner FROM pg_catalog.pg_extension
@@ -410,12 +412,26 @@ BEGIN
     -- Citus requires the distribution column in every unique index, and
     -- refuses row triggers: the duplicate cache's triggers go (the cache
     -- is off for distributed records, src/pg/cache/duplicate_cache.cpp).
-    ALTER TABLE @extschema@.idem_records ALTER COLUMN route SET NOT NULL;
-    ALTER TABLE @extschema@.idem_records DROP CONSTRAINT idem_records_pkey;
-    ALTER TABLE @extschema@.idem_records ADD CONSTRAINT idem_records_pkey PRIMARY KEY (route, key_id);
-    DROP TRIGGER IF EXISTS idem_records_changing ON @extschema@.idem_records;
-    DROP TRIGGER IF EXISTS idem_records_changed ON @extschema@.idem_records;
-    DROP TRIGGER IF EXISTS idem_records_truncating ON @extschema@.idem_records;
+    -- The same on every worker's own idem_records, which Citus leaves as
+    -- CREATE EXTENSION made it (an extension's table), so that it has the
+    -- shards' shape there too.
+    reshape := pg_catalog.format(
+        'ALTER TABLE %1$s.idem_records ALTER COLUMN route SET NOT NULL, '
+        'DROP CONSTRAINT idem_records_pkey, '
+        'ADD CONSTRAINT idem_records_pkey PRIMARY KEY (route, key_id); '
+        'DROP TRIGGER IF EXISTS idem_records_changing ON %1$s.idem_records; '
+        'DROP TRIGGER IF EXISTS idem_records_changed ON %1$s.idem_records; '
+        'DROP TRIGGER IF EXISTS idem_records_truncating ON %1$s.idem_records',
+        '@extschema@');
+    EXECUTE reshape;
+    SELECT pg_catalog.string_agg(w.nodename || ':' || w.nodeport || ': ' || w.result, '; ')
+    INTO failed
+    FROM pg_catalog.run_command_on_workers(reshape) w
+    WHERE NOT w.success;
+    IF failed IS NOT NULL THEN
+        RAISE EXCEPTION 'idem_distribute: pg_idem''s records could not be reshaped on every worker'
+        USING ERRCODE = '55000', DETAIL = failed;
+    END IF;
     PERFORM pg_catalog.create_distributed_table(records, 'route',
                                                 colocate_with => colocate_with::text);
     -- Their statement triggers invalidate each node's caches when the
@@ -423,6 +439,11 @@ BEGIN
     PERFORM pg_catalog.set_config('citus.enable_unsafe_triggers', 'on', true);
     PERFORM pg_catalog.create_reference_table('@extschema@.idem_scopes'::pg_catalog.regclass);
     PERFORM pg_catalog.create_reference_table('@extschema@.idem_scope_grants'::pg_catalog.regclass);
+    -- The rows copied into the shards stay on the coordinator's disk,
+    -- invisible, until truncated.
+    PERFORM pg_catalog.truncate_local_data_after_distributing_table(t)
+    FROM pg_catalog.unnest(ARRAY[records, '@extschema@.idem_scopes'::pg_catalog.regclass,
+                                 '@extschema@.idem_scope_grants'::pg_catalog.regclass]) t;
 END
 $$;
 REVOKE ALL ON FUNCTION @extschema@.idem_distribute(regclass) FROM PUBLIC;

@@ -338,16 +338,6 @@ CREATE TRIGGER idem_scopes_changed
     FOR EACH STATEMENT EXECUTE FUNCTION @extschema@.idem_scope_grants_changed();
 ALTER TABLE @extschema@.idem_scopes ENABLE ALWAYS TRIGGER idem_scopes_changed;
 
--- On a distributed records table a duplicate is found by INSERT ... ON
--- CONFLICT on the worker: this check, in its DO UPDATE's WHERE, makes a
--- key id shared by two keys (a SHA-256 collision of long keys) an error
--- there, as the single-node path makes it, never a duplicate.
-CREATE FUNCTION @extschema@.idem_same_key(stored_scope text, stored_key text,
-                                          scope text, key text)
-RETURNS boolean
-AS 'MODULE_PATHNAME', 'idem_same_key'
-LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
-
 -- Makes idem_records a Citus distributed table colocated with the business
 -- table colocate_with, distributed by route, and the scopes' settings and
 -- grants reference tables, which every node reads locally (docs/citus.md).

@@ -16,7 +16,7 @@ JOIN pg_depend d ON d.classid = 'pg_proc'::regclass AND d.objid = p.oid
 WHERE d.refclassid = 'pg_extension'::regclass AND d.deptype = 'e'
   AND d.refobjid = (SELECT oid FROM pg_extension WHERE extname = 'pg_idem')
   AND p.prokind = 'f'
-ORDER BY p.prosecdef DESC, public_execute, p.proname COLLATE "C";
+ORDER BY p.prosecdef DESC, public_execute, p.proname COLLATE "C", p.pronargs;
 
 CREATE ROLE regress_idem_worker;
 GRANT EXECUTE ON FUNCTION idem_try_insert(text, text, interval),

@@ -8,12 +8,12 @@ extern "C" {
 #include "catalog/pg_type_d.h"
 #include "executor/spi.h"
 #include "fmgr.h"
+#include "miscadmin.h"
 #include "utils/builtins.h"
 #include "utils/timestamp.h"
 }
 
 #include "pg/extension_objects.hpp"
-#include "pg/guard.hpp"
 #include "pg/records/record_statements.hpp"
 #include "pg/records/records.hpp"
 #include "pg/records/routed_records.hpp"
@@ -21,36 +21,105 @@ extern "C" {
 namespace idem
 {
 
+namespace
+{
+
+// Whether the record a key id found is that key's: a key id shared by two
+// keys (a SHA-256 collision of long keys) is an error, never a duplicate
+// (src/core/record_key.hpp).
+void check_same_key(text *stored_scope, text *stored_key, text *scope, text *key)
+{
+	auto same = [](text *a, text *b) {
+		size_t len = VARSIZE_ANY_EXHDR(a);
+		return len == VARSIZE_ANY_EXHDR(b) && memcmp(VARDATA_ANY(a), VARDATA_ANY(b), len) == 0;
+	};
+	if (!same(stored_scope, scope) || !same(stored_key, key))
+		ereport(ERROR, errcode(ERRCODE_INTERNAL_ERROR), errmsg("pg_idem key id collision"),
+		        errhint("Report this: it is a SHA-256 prefix collision."));
+}
+
+// The record a routed key id found: absent, live (a duplicate) or expired
+// (not in progress, past its expiry: counts as absent).
+enum class Holder { absent, live, expired };
+
+// Reads the record that holds ref's key id in its shard, as the statement's
+// snapshot sees it (check_same_key).
+Holder read_holder(const RecordRef &ref, TimestampTz now)
+{
+	Oid types[] = {BYTEAOID, TIMESTAMPTZOID};
+	RecordStatement st =
+	    record_statement("routed:holder",
+	                     "SELECT scope, key, expires_at OPERATOR(pg_catalog.<=) $2 "
+	                     "AND status OPERATOR(pg_catalog.<>) 'in_progress' FROM %s WHERE %s",
+	                     2, types);
+	Datum values[] = {PointerGetDatum(ref.id), TimestampTzGetDatum(now)};
+	if (run_record_statement(st, ref, values, NULL, false, 1, SPI_OK_SELECT) == 0)
+		return Holder::absent;
+	HeapTuple row = SPI_tuptable->vals[0];
+	TupleDesc desc = SPI_tuptable->tupdesc;
+	bool isnull;
+	check_same_key(DatumGetTextPP(SPI_getbinval(row, desc, 1, &isnull)),
+	               DatumGetTextPP(SPI_getbinval(row, desc, 2, &isnull)), ref.scope, ref.key);
+	return DatumGetBool(SPI_getbinval(row, desc, 3, &isnull)) ? Holder::expired : Holder::live;
+}
+
+// A safety valve, as records.cpp's: each round needs a concurrent commit to
+// lose.
+constexpr int max_rounds = 1000;
+
+} // namespace
+
+// A new key, the common case, is one short INSERT ... ON CONFLICT DO
+// NOTHING (Citus's work on the worker grows with the statement's text). On
+// a conflict the record is read: live, a duplicate; expired (not in
+// progress), brought back to life by an UPDATE that still finds it expired,
+// as records.cpp's takeover; gone (purged, or its insertion rolled back)
+// since the conflict, the key is tried again. The INSERT waits for a
+// concurrent holder of the key, and raises 40001 in REPEATABLE READ for a
+// record its snapshot cannot see, as INSERT ... ON CONFLICT does.
 bool routed_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at)
 {
 	if (SPI_connect() != SPI_OK_CONNECT)
 		elog(ERROR, "pg_idem: SPI_connect failed");
-	// An expired record that is not in progress counts as absent and is
-	// brought back to life, as records.cpp's takeover does; a live one is
-	// a duplicate (no row returned). idem_same_key makes a key id shared
-	// by two keys an error on the worker.
 	Oid types[] = {BYTEAOID, TEXTOID, TEXTOID, TIMESTAMPTZOID, TIMESTAMPTZOID};
-	RecordStatement st = record_statement(
-	    "routed:try_insert",
-	    psprintf(
-	        "INSERT INTO %%s AS r (key_id, scope, key, status, recorded_at, expires_at, route) "
-	        "VALUES ($1, $2, $3, 'completed', $4, $5, $6) "
-	        "ON CONFLICT (%%s) DO UPDATE SET status = 'completed', "
-	        "attempts = r.attempts OPERATOR(pg_catalog.+) 1, attempt_base = r.attempts, "
-	        "recorded_at = $4, expires_at = $5, lease_expires_at = NULL, "
-	        "holder_pid = NULL, holder_started_at = NULL, "
-	        "fingerprint = NULL, result = NULL, last_error = NULL "
-	        "WHERE %s.idem_same_key(r.scope, r.key, $2, $3) "
-	        "AND r.expires_at OPERATOR(pg_catalog.<=) $4 "
-	        "AND r.status OPERATOR(pg_catalog.<>) 'in_progress' "
-	        "RETURNING 1",
-	        extension_objects().schema_name),
+	RecordStatement insert = record_statement(
+	    "routed:insert",
+	    "INSERT INTO %s (key_id, scope, key, status, recorded_at, expires_at, route) "
+	    "VALUES ($1, $2, $3, 'completed', $4, $5, $6) ON CONFLICT (%s) DO NOTHING",
 	    5, types, true);
+	RecordStatement takeover =
+	    record_statement("routed:takeover",
+	                     "UPDATE %s SET status = 'completed', "
+	                     "attempts = attempts OPERATOR(pg_catalog.+) 1, attempt_base = attempts, "
+	                     "recorded_at = $4, expires_at = $5, lease_expires_at = NULL, "
+	                     "holder_pid = NULL, holder_started_at = NULL, "
+	                     "fingerprint = NULL, result = NULL, last_error = NULL "
+	                     "WHERE %s AND expires_at OPERATOR(pg_catalog.<=) $4 "
+	                     "AND status OPERATOR(pg_catalog.<>) 'in_progress'",
+	                     5, types);
 	Datum values[] = {PointerGetDatum(ref.id), PointerGetDatum(ref.scope), PointerGetDatum(ref.key),
 	                  TimestampTzGetDatum(now), TimestampTzGetDatum(expires_at)};
-	bool first = run_record_statement(st, ref, values, NULL, false, 0, SPI_OK_INSERT_RETURNING) > 0;
-	SPI_finish();
-	return first;
+	for (int round = 0; round < max_rounds; round++) {
+		if (run_record_statement(insert, ref, values, NULL, false, 0, SPI_OK_INSERT) > 0) {
+			SPI_finish();
+			return true;
+		}
+		switch (read_holder(ref, now)) {
+		case Holder::live:
+			SPI_finish();
+			return false;
+		case Holder::expired:
+			if (run_record_statement(takeover, ref, values, NULL, false, 0, SPI_OK_UPDATE) > 0) {
+				SPI_finish();
+				return true;
+			}
+			break; // renewed or purged first: look again
+		case Holder::absent:
+			break;
+		}
+		CHECK_FOR_INTERRUPTS();
+	}
+	elog(ERROR, "pg_idem: could not settle the state of a key after %d rounds", max_rounds);
 }
 
 bool routed_end_claim(const RecordRef &ref, const pg_uuid_t *token, const ClaimEnd &end)
@@ -108,22 +177,3 @@ bool routed_end_claim(const RecordRef &ref, const pg_uuid_t *token, const ClaimE
 }
 
 } // namespace idem
-
-// idem_same_key(stored_scope, stored_key, scope, key): true when the record
-// a key id found is that key's; a SHA-256 collision of two long keys is an
-// error, never a duplicate (src/core/record_key.hpp).
-IDEM_SQL_FUNCTION(idem_same_key)
-{
-	text *stored_scope = PG_GETARG_TEXT_PP(0);
-	text *stored_key = PG_GETARG_TEXT_PP(1);
-	text *scope = PG_GETARG_TEXT_PP(2);
-	text *key = PG_GETARG_TEXT_PP(3);
-	auto same = [](text *a, text *b) {
-		size_t len = VARSIZE_ANY_EXHDR(a);
-		return len == VARSIZE_ANY_EXHDR(b) && memcmp(VARDATA_ANY(a), VARDATA_ANY(b), len) == 0;
-	};
-	if (!same(stored_scope, scope) || !same(stored_key, key))
-		ereport(ERROR, errcode(ERRCODE_INTERNAL_ERROR), errmsg("pg_idem key id collision"),
-		        errhint("Report this: it is a SHA-256 prefix collision."));
-	PG_RETURN_BOOL(true);
-}

@@ -22,6 +22,9 @@
 #              ... WHERE new.first; COMMIT or ROLLBACK
 #       deleg  BEGIN; SELECT add_points(wallet, order, points); COMMIT or
 #              ROLLBACK (a function the test creates and delegates)
+#       own    BEGIN; WITH new AS (SELECT idem_try_insert_row('own_dedup',
+#              ...)) UPDATE wallets ... WHERE new.first; COMMIT or ROLLBACK
+#              (own_dedup: the test's dedup table, colocated with wallets)
 #       claim  idem_begin; if acquired: BEGIN; UPDATE wallets; INSERT INTO
 #              claim_effects; COMMIT then idem_complete, or ROLLBACK then
 #              idem_release
@@ -90,6 +93,18 @@ EOF
 		cat >>"$file" <<'EOF'
 BEGIN;
 SELECT add_points(:wallet, ':order', :pts);
+\if :rb
+ROLLBACK;
+\else
+COMMIT;
+\endif
+EOF
+		;;
+	own)
+		cat >>"$file" <<'EOF'
+BEGIN;
+WITH new AS (SELECT idem_try_insert_row('own_dedup', jsonb_build_object('wallet', :wallet, 'order_id', :order)) AS first)
+UPDATE wallets SET points = points + :pts FROM new WHERE id = :wallet AND new.first;
 \if :rb
 ROLLBACK;
 \else

@@ -18,8 +18,9 @@ struct RecordRef;
 struct ClaimEnd;
 
 // records_try_insert on distributed records: INSERT ... ON CONFLICT (route,
-// key_id) DO UPDATE of an expired record that is not in progress, which has
-// INSERT ... ON CONFLICT's waits and its serialization failures.
+// key_id) DO NOTHING; on a conflict the record is read, and an expired one
+// (not in progress) taken over by an UPDATE. INSERT ... ON CONFLICT's waits
+// and serialization failures.
 bool routed_try_insert(const RecordRef &ref, TimestampTz now, TimestampTz expires_at);
 
 // records_end_claim on distributed records: one UPDATE ... WHERE route and

@@ -61,7 +61,7 @@ sql('CREATE EXTENSION pg_idem');
 # ---------------------------------------------------------------------------
 note 'the shared memory the README gives';
 
-# cache_size x (144 + (48 + cache_result_size) rounded up to 128) bytes,
+# cache_size x (144 + (40 + cache_result_size) rounded up to 128) bytes,
 # plus 9 kB: with the default cache_result_size (256), 528 bytes an entry.
 my $cache_bytes = sql(
 	q{SELECT allocated_size FROM pg_shmem_allocations
@@ -84,6 +84,41 @@ is($hits + $misses, 800, 'every call was a hit or a miss');
 sql(q{SELECT idem_forget('small', 'k' || i) FROM generate_series(1, 200, 2) i});
 is(new_keys('small', 200), 100, 'after forgetting half, exactly that half is new');
 is(new_keys('small', 200), 0, 'and then a duplicate again');
+
+# ---------------------------------------------------------------------------
+note 'an entry without fingerprint or result, in a slot that held one with both';
+
+# An entry whose record has neither leaves the room for them (EntryReplay)
+# as the slot's earlier entry left it: a lookup must not read it. Fill every
+# slot with completed records that have both (idem_begin's completed answers
+# make the entries), then replace them with duplicates that idem_try_insert
+# found, and ask idem_begin for those: a NULL result, from the cache.
+my $fill = '';
+for my $i (1 .. 40)
+{
+	$fill .= qq{SELECT idem_complete('reuse', 'r$i',
+	              (SELECT token FROM idem_begin('reuse', 'r$i', fingerprint => 'fp')),
+	              '{"r": $i}');
+	            SELECT status FROM idem_begin('reuse', 'r$i', fingerprint => 'fp');
+	            SELECT status FROM idem_begin('reuse', 'r$i', fingerprint => 'fp');\n};
+}
+sql($fill);
+my ($reuse_hits) = split /\|/, counts('reuse');
+ok($reuse_hits > 0, "records with a fingerprint and a result were cached ($reuse_hits hits)");
+is(new_keys('reuse-plain', 40), 40, '40 claims without either');
+# Each duplicate, which the table answers, replaces an entry; idem_begin
+# then asks for it at once.
+my $answers = '';
+for my $i (1 .. 40)
+{
+	$answers .= qq{SELECT idem_try_insert('reuse-plain', 'k$i');
+	               SELECT status || '|' || attempt || '|' || coalesce(result::text, 'NULL')
+	               FROM idem_begin('reuse-plain', 'k$i');\n};
+}
+is_deeply([ split /\n/, sql($answers) ], [ ('f', 'completed|1|NULL') x 40 ],
+	'a duplicate, then idem_begin: completed, attempt 1, no result, for every one');
+my ($plain_hits) = split /\|/, counts('reuse-plain');
+is($plain_hits, 40, 'every idem_begin answer came from the cache');
 
 # ---------------------------------------------------------------------------
 note 'a crash (kill -9 of a backend) empties the cache';

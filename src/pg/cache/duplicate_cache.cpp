@@ -102,11 +102,15 @@
 // version, below) are a cache line per bucket, all of them side by side
 // (16 bytes per entry), so that a miss (every new key) reads one line and a
 // hit one more, of its entry. An entry is an Entry: what a lookup compares,
-// one cache line. What only idem_begin's answer reads (status, attempts,
-// fingerprint and the room for a result of cache_result_size bytes) is the
-// entry's EntryReplay, in an array of its own, so that the entries a hit
-// reads lie a cache line apart, not a result's size: fewer pages to find
-// them in. Nothing is allocated after start. Shared memory is rebuilt after
+// and the record's status and attempts, one cache line. A fingerprint and
+// the room for a result of cache_result_size bytes, which only idem_begin's
+// answer reads, are the entry's EntryReplay, in an array of its own, so that
+// the entries a hit reads lie a cache line apart, not a result's size: fewer
+// pages to find them in. An entry whose record has neither (every duplicate
+// idem_try_insert finds) leaves its EntryReplay alone (Entry::kept_apart
+// false): neither its insertion nor a lookup touches that array, whose pages
+// (most of the cache's memory) each backend would otherwise fault in one by
+// one. Nothing is allocated after start. Shared memory is rebuilt after
 // a crash, so the cache starts empty after any restart.
 //
 // Locking: the buckets are split into lock_partitions partitions, each with
@@ -199,17 +203,23 @@ struct Entry {
 	uint8 id_len;
 	bool replayable; // idem_begin may answer from it (file header)
 	uint8 id[max_key_id_bytes];
+	// Read by idem_begin's lookup only, hence after the id.
+	Oid status;
+	int32 attempts;
+	// The record has a fingerprint or a result, in its EntryReplay; if not,
+	// that EntryReplay is not this entry's (it may hold an earlier one's).
+	bool kept_apart;
 };
 static_assert(offsetof(Entry, id) + 25 <= 64,
               "a lookup of an id of up to 25 bytes reads one 64-byte line of its entry");
+static_assert(sizeof(Entry) <= PG_CACHE_LINE_SIZE, "an entry is one cache line");
 
 constexpr Size entry_stride = TYPEALIGN(PG_CACHE_LINE_SIZE, sizeof(Entry));
 
 // What only idem_begin's answer reads, kept apart from the entries (same
-// index) so that they stay small.
+// index) so that they stay small; written and read only for an entry whose
+// kept_apart is true.
 struct EntryReplay {
-	Oid status;
-	int32 attempts;
 	uint32 result_len;    // bytes of the kept result after it; 0: NULL
 	bool has_fingerprint; // then `fingerprint` holds its digest
 	uint8 fingerprint[fingerprint_digest_length];
@@ -630,16 +640,16 @@ bool cache_lookup_completed(const ExtensionObjects &loc, const bytea *id, Timest
 	Oid completed = loc.status_completed;
 	uint32 result_len = 0;
 	bool hit = lookup(loc, id, hash, now, [&](Entry *e) {
-		if (!e->replayable)
+		if (!e->replayable || e->status != completed)
 			return false;
+		out->attempts = e->attempts;
+		out->expires_at = e->expires_at;
+		if (!e->kept_apart)
+			return true; // no fingerprint to differ, a NULL result
 		EntryReplay *r = replay_of_entry(e);
-		if (r->status != completed)
-			return false;
 		if (fingerprint != NULL && r->has_fingerprint &&
 		    memcmp(r->fingerprint, call_fingerprint, sizeof call_fingerprint) != 0)
 			return false;
-		out->attempts = r->attempts;
-		out->expires_at = e->expires_at;
 		result_len = r->result_len;
 		// Bounded: a torn length must not overrun `result`.
 		if (result_len > shared->result_size)
@@ -703,7 +713,6 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const bytea *id,
 		if (slot < 0)
 			slot = 0;
 		Entry *victim = in_bucket(hash, slot);
-		EntryReplay *kept = replay_of_entry(victim);
 		begin_change(hash);
 		tags[slot] = tag_of(hash);
 		victim->id_len = uint8(len);
@@ -715,14 +724,18 @@ void cache_remember(Relation rel, TupleTableSlot *slot, const bytea *id,
 		victim->expires_at = record.expires_at;
 		pg_atomic_write_u32(&victim->referenced, 0);
 		memcpy(victim->id, VARDATA_ANY(id), len);
-		kept->status = record.status;
-		kept->attempts = int32(record.attempts);
-		kept->has_fingerprint = replay.has_fingerprint;
-		memcpy(kept->fingerprint, replay.fingerprint, sizeof replay.fingerprint);
-		kept->result_len = 0;
-		if (replay.replayable && replay.result != NULL) {
-			kept->result_len = VARSIZE(replay.result);
-			memcpy(result_of(kept), replay.result, kept->result_len);
+		victim->status = record.status;
+		victim->attempts = int32(record.attempts);
+		victim->kept_apart = replay.replayable && (replay.has_fingerprint || replay.result != NULL);
+		if (victim->kept_apart) {
+			EntryReplay *kept = replay_of_entry(victim);
+			kept->has_fingerprint = replay.has_fingerprint;
+			memcpy(kept->fingerprint, replay.fingerprint, sizeof replay.fingerprint);
+			kept->result_len = 0;
+			if (replay.result != NULL) {
+				kept->result_len = VARSIZE(replay.result);
+				memcpy(result_of(kept), replay.result, kept->result_len);
+			}
 		}
 		end_change(hash);
 	}

@@ -1,2 +1,2 @@
-WITH d AS (SELECT idem_try_insert($4, $3) AS first)
-UPDATE users SET points = points + $2 FROM d WHERE d.first AND id = $1
+UPDATE users SET points = points + $2
+WHERE id = $1 AND (SELECT idem_try_insert($4, $3))

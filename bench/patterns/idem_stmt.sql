@@ -1,6 +1,8 @@
--- One statement: claim the key in pg_idem's table, update only if new. (The
--- claim is in a CTE, not in the UPDATE's WHERE clause: a volatile function
--- there would run again when READ COMMITTED rechecks a concurrently updated
--- row.)
-WITH d AS (SELECT idem_try_insert(:scope, :k) AS first)
-UPDATE users SET points = points + :n FROM d WHERE d.first AND id = :u;
+-- One statement, the README's: claim the key in pg_idem's table, update only
+-- if new. The claim is an uncorrelated subquery, which PostgreSQL runs once,
+-- before it reads a row (an InitPlan gating the plan), and does not run
+-- again when READ COMMITTED rechecks a concurrently updated row; a
+-- duplicate never reads users. (A bare call in the WHERE clause would run
+-- again on that recheck.)
+UPDATE users SET points = points + :n
+WHERE id = :u AND (SELECT idem_try_insert(:scope, :k));

@@ -35,6 +35,15 @@ WITH d AS (SELECT idem_try_insert('points', 'order-10') AS first)
 UPDATE users SET points = points + 5 FROM d WHERE d.first AND id = 1;
 SELECT points FROM users WHERE id = 1;
 
+-- The README's form: the claim as a subquery of the WHERE clause, run once
+-- per statement before any row is read. The balance moves once, and the key
+-- is recorded even when no row matches (user 2 does not exist).
+UPDATE users SET points = points + 7 WHERE id = 1 AND (SELECT idem_try_insert('points', 'order-11'));
+UPDATE users SET points = points + 7 WHERE id = 1 AND (SELECT idem_try_insert('points', 'order-11'));
+UPDATE users SET points = points + 7 WHERE id = 2 AND (SELECT idem_try_insert('points', 'order-12'));
+SELECT points FROM users WHERE id = 1;
+SELECT key FROM idem_records WHERE scope = 'points' AND key IN ('order-11', 'order-12') ORDER BY key;
+
 -- Many claims in one statement: exactly the distinct keys are new.
 SELECT count(*) FILTER (WHERE claimed) AS new, count(*) FILTER (WHERE NOT claimed) AS duplicates
 FROM (SELECT idem_try_insert('batch', 'k' || (i % 100)) AS claimed

@@ -32,6 +32,7 @@ OBJS = $(CORE_OBJS) \
 	src/pg/scopes/scopes.o \
 	src/pg/scopes/scope_grants.o \
 	src/pg/claims/claim.o \
+	src/pg/claims/claim_tokens.o \
 	src/pg/claims/claim_wait.o \
 	src/pg/claims/reconcile.o \
 	src/pg/purge/purge.o \

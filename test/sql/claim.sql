@@ -321,3 +321,17 @@ COMMIT;
 SELECT count(*) AS still_there FROM idem_records WHERE scope = 'lookup';
 DELETE FROM idem_records WHERE scope IN ('repro', 'ttl', 'release', 'fp-retry', 'opaque', 'lookup');
 DELETE FROM idem_scopes WHERE scope IN ('ttl', 'release');
+
+-- Tokens are drawn from pg_strong_random many at a time (claim_tokens.cpp):
+-- more claims in one session than one draw serves still get each its own
+-- version 4 token, and every one of them completes only its own claim.
+CREATE TEMP TABLE many_tokens AS
+SELECT g AS k, c.token FROM generate_series(1, 100) g, idem_begin('tokens', g::text) c;
+SELECT count(*) AS claims, count(DISTINCT token) AS distinct_tokens,
+       bool_and(substr(token::text, 15, 1) = '4') AS version_4,
+       bool_and(substr(token::text, 20, 1) IN ('8', '9', 'a', 'b')) AS rfc_4122
+FROM many_tokens;
+SELECT count(*) AS completed
+FROM many_tokens, LATERAL idem_complete('tokens', k::text, token) done;
+SELECT status, count(*) FROM idem_records WHERE scope = 'tokens' GROUP BY status;
+DELETE FROM idem_records WHERE scope = 'tokens';

@@ -13,8 +13,8 @@
 // re-read if a concurrent claim got there first. idem_complete, idem_fail
 // and idem_release update only WHERE status = 'in_progress' AND
 // claim_token = <the caller's token>. Each claim gets a new random token
-// (122 bits from pg_strong_random) that only its acquirer is told, so a
-// session that never held the key, or a holder whose lease was taken over
+// (122 bits from pg_strong_random, claim_tokens.hpp) that only its acquirer
+// is told, so a session that never held the key, or a holder whose lease was taken over
 // (or reconciled), matches nothing and is refused with an error, changing
 // nothing. The attempt number stays in the answers as the fencing number a
 // holder may pass to other systems; it is no longer a credential.
@@ -59,6 +59,7 @@ extern "C" {
 }
 
 #include "core/claim_rules.hpp"
+#include "pg/claims/claim_tokens.hpp"
 #include "pg/claims/claim_wait.hpp"
 #include "pg/compat.hpp"
 #include "pg/cache/duplicate_cache.hpp"
@@ -273,18 +274,6 @@ TimestampTz lease_end(const BeginArgs &args, TimestampTz now)
 	    timestamptz_pl_interval, TimestampTzGetDatum(now), IntervalPGetDatum(lease)));
 }
 
-// A new claim token: a version 4 UUID, 122 bits from pg_strong_random.
-pg_uuid_t *new_claim_token()
-{
-	pg_uuid_t *token = static_cast<pg_uuid_t *>(palloc(sizeof(pg_uuid_t)));
-	if (!pg_strong_random(token->data, UUID_LEN))
-		ereport(ERROR, errcode(ERRCODE_INTERNAL_ERROR),
-		        errmsg("pg_idem: could not generate a random claim token"));
-	token->data[6] = (token->data[6] & 0x0f) | 0x40; // version 4
-	token->data[8] = (token->data[8] & 0x3f) | 0x80; // RFC 4122 variant
-	return token;
-}
-
 // Writes the claim, held by `token`: a new record (attempt 1), or the
 // existing one taken over with `attempt`; `fresh` when that record had
 // expired and starts a new life (its fingerprint, result and last error are
@@ -440,13 +429,13 @@ Claim decide_and_write(const BeginArgs &args)
 			// An expired record starts a new life with a full set of
 			// attempts, numbered on from the old ones.
 			int attempt = r.exists ? r.attempts + 1 : 1;
-			pg_uuid_t *token = new_claim_token();
+			pg_uuid_t *token = idem::new_claim_token();
 			if (!write_claim(args, r.exists, attempt, r.attempts, true, true, token, now))
 				continue; // a concurrent claim inserted it: read it again
 			return acquired(args, attempt, NULL, token, now);
 		}
 		case idem::ClaimAction::claim_next: {
-			pg_uuid_t *token = new_claim_token();
+			pg_uuid_t *token = idem::new_claim_token();
 			write_claim(args, true, r.attempts + 1, r.attempt_base, false,
 			            r.state == idem::RecordState::failed, token, now);
 			Claim c = acquired(args, r.attempts + 1, r.last_error, token, now);
@@ -789,7 +778,7 @@ IDEM_SQL_FUNCTION_AS_OWNER(idem_begin_0_3)
 		}
 		cache = idem::CacheAnswer::miss;
 	}
-	pg_uuid_t *token = new_claim_token();
+	pg_uuid_t *token = idem::new_claim_token();
 	Claim first = acquired(args, 1, NULL, token, now);
 	idem::NewRecord claim = {objects.status_in_progress, now,       first.expires_at,
 	                         first.lease_expires_at,     MyProcPid, MyStartTimestamp,

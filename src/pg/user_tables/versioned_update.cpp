@@ -296,8 +296,8 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 
 	StringInfoData sig;
 	initStringInfo(&sig);
-	appendStringInfo(&sig, "version:%s", version_column);
-	appendStringInfoChar(&sig, '\0');
+	appendStringInfoString(&sig, "version:");
+	appendBinaryStringInfo(&sig, version_column, int(strlen(version_column)) + 1);
 	idem::append_signature(&sig, "key", relid, key);
 	idem::append_signature(&sig, "changes", relid, changes);
 	idem::Statement *update = idem::statement_lookup(sig.data, sig.len, relid);

@@ -238,3 +238,92 @@ DROP SCHEMA evil CASCADE;
 DROP VIEW accounts_view;
 DROP TABLE accounts, docs;
 DROP ROLE regress_idem_updater;
+
+-- Calls with jsonb_build_object keys and changes are planned as calls of
+-- idem_versioned_update_fields, which takes the fields as arguments and
+-- converts each value as its JSON would have been: same rows, same errors.
+CREATE DOMAIN positive AS int NOT NULL CHECK (VALUE > 0);
+CREATE TABLE typed (id int PRIMARY KEY, code text UNIQUE, small smallint, big bigint,
+                    amount numeric(6, 2), label text, short varchar(3), doc jsonb,
+                    pos positive DEFAULT 1, version int NOT NULL DEFAULT 0);
+INSERT INTO typed (id, code) VALUES (1, 'a'), (2, 'b');
+EXPLAIN (VERBOSE, COSTS OFF)
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 0,
+                             jsonb_build_object('label', 'x'::text, 'big', 5::bigint));
+-- Left as written: a key given twice, a key that is not a constant, a value
+-- of another type, no fields, a literal object.
+EXPLAIN (VERBOSE, COSTS OFF)
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1, 'id', 2), 0,
+                             jsonb_build_object('big', 1)),
+       idem_versioned_update('typed', jsonb_build_object(lower('ID'), 1), 0,
+                             jsonb_build_object('big', 1)),
+       idem_versioned_update('typed', jsonb_build_object('id', 1), 0,
+                             jsonb_build_object('amount', 1.5)),
+       idem_versioned_update('typed', jsonb_build_object('id', 1), 0, jsonb_build_object()),
+       idem_versioned_update('typed', '{"id": 1}', 0, jsonb_build_object('big', 1));
+-- Each value to each column, both ways.
+SELECT idem_versioned_update('typed', jsonb_build_object('code', 'a'::text), 0,
+                             jsonb_build_object('small', 7, 'big', 8::smallint, 'amount', 9::bigint,
+                                                'label', 10, 'short', 'abc'::text,
+                                                'doc', 'text'::text, 'pos', '11'::text)) AS applied;
+SELECT idem_versioned_update('typed', '{"code": "b"}', 0,
+                             '{"small": 7, "big": 8, "amount": 9, "label": 10, "short": "abc",
+                               "doc": "text", "pos": "11"}') AS applied;
+SELECT id, small, big, amount, label, short, doc, pos, version FROM typed ORDER BY id;
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 1,
+                             jsonb_build_object('small', 70000));
+SELECT idem_versioned_update('typed', '{"id": 1}', 1, '{"small": 70000}');
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 1,
+                             jsonb_build_object('short', 'abcd'::text));
+SELECT idem_versioned_update('typed', '{"id": 1}', 1, '{"short": "abcd"}');
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 1,
+                             jsonb_build_object('pos', NULL::int));
+SELECT idem_versioned_update('typed', '{"id": 1}', 1, '{"pos": null}');
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 1,
+                             jsonb_build_object('pos', 0));
+SELECT idem_versioned_update('typed', '{"id": 1}', 1, '{"pos": 0}');
+SELECT idem_versioned_update('typed', jsonb_build_object('id', '1x'::text), 1,
+                             jsonb_build_object('big', 1));
+SELECT idem_versioned_update('typed', '{"id": "1x"}', 1, '{"big": 1}');
+SELECT idem_versioned_update('typed', jsonb_build_object('id', NULL::int), 1,
+                             jsonb_build_object('big', 1));
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 1,
+                             jsonb_build_object('nothing', 1));
+-- A prepared call keeps up with the table: a column changing type, being
+-- dropped, and the caller losing its privilege.
+PREPARE set_big(int, int, bigint) AS
+SELECT idem_versioned_update('typed', jsonb_build_object('id', $1), $2,
+                             jsonb_build_object('big', $3));
+EXECUTE set_big(1, 1, 100);
+ALTER TABLE typed ALTER COLUMN big TYPE int;
+EXECUTE set_big(1, 2, 3000000000);
+EXECUTE set_big(1, 2, 200);
+SELECT big, version FROM typed WHERE id = 1;
+CREATE ROLE regress_idem_typed;
+GRANT SELECT, UPDATE ON typed TO regress_idem_typed;
+SET ROLE regress_idem_typed;
+PREPARE set_label(int, int, text) AS
+SELECT idem_versioned_update('typed', jsonb_build_object('id', $1), $2,
+                             jsonb_build_object('label', $3));
+EXECUTE set_label(1, 3, 'granted');
+RESET ROLE;
+REVOKE UPDATE ON typed FROM regress_idem_typed;
+SET ROLE regress_idem_typed;
+EXECUTE set_label(1, 4, 'revoked');
+RESET ROLE;
+ALTER TABLE typed DROP COLUMN big;
+EXECUTE set_big(1, 4, 300);
+SELECT label, version FROM typed WHERE id = 1;
+-- Called by hand with arguments no rewrite writes.
+SELECT idem_versioned_update_fields('typed', 0, 'version', 1, 'id'::text, 1);
+SELECT idem_versioned_update_fields('typed', 0, 'version', 1, 'id'::text, 1, 1, 'id'::text, 2.5);
+SELECT idem_versioned_update_fields('typed', 0, 'version', 1, 'id'::text, 1, 2, 'label'::text,
+                                    'label'::text, 1, 2);
+SELECT idem_versioned_update_fields('typed', 0, 'version', VARIADIC ARRAY[1, 2]);
+SELECT idem_versioned_update_fields('typed', 4, 'version', 1, 'id'::text, 1, 1,
+                                    'label'::text, 'by hand'::text) AS applied;
+DEALLOCATE set_big;
+DEALLOCATE set_label;
+DROP TABLE typed;
+DROP DOMAIN positive;
+DROP ROLE regress_idem_typed;

@@ -73,6 +73,9 @@ JsonFields json_object_fields(const char *fn, const char *argname, Jsonb *json)
 			fields.count++;
 		}
 	}
+	fields.datums = NULL;
+	fields.nulls = NULL;
+	fields.types = NULL;
 	return fields;
 }
 
@@ -166,6 +169,34 @@ Datum json_to_column(const char *fn, Oid relid, const TargetColumn *col, const J
 	}
 	PG_END_TRY();
 	return result;
+}
+
+Datum field_to_column(const char *fn, Oid relid, const TargetColumn *col, const JsonFields &fields,
+                      int i, bool *isnull)
+{
+	if (fields.datums == NULL)
+		return json_to_column(fn, relid, col, &fields.values[i], isnull);
+	JsonbValue value;
+	if (fields.nulls[i]) {
+		value.type = jbvNull;
+	} else if (fields.types[i] == col->type) {
+		*isnull = false;
+		return fields.datums[i];
+	} else if (fields.types[i] == TEXTOID) {
+		text *string = DatumGetTextPP(fields.datums[i]);
+		value.type = jbvString;
+		value.val.string.val = VARDATA_ANY(string);
+		value.val.string.len = int(VARSIZE_ANY_EXHDR(string));
+	} else {
+		// An integer: jsonb_build_object makes the numeric of its decimal
+		// text, which is this one (scale 0).
+		int64 n = fields.types[i] == INT2OID   ? DatumGetInt16(fields.datums[i])
+		          : fields.types[i] == INT4OID ? DatumGetInt32(fields.datums[i])
+		                                       : DatumGetInt64(fields.datums[i]);
+		value.type = jbvNumeric;
+		value.val.numeric = int64_to_numeric(n);
+	}
+	return json_to_column(fn, relid, col, &value, isnull);
 }
 
 void append_signature(StringInfo sig, const char *tag, Oid relid, const JsonFields &fields)

@@ -43,6 +43,8 @@ extern "C" {
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "nodes/bitmapset.h"
+#include "nodes/makefuncs.h"
+#include "nodes/supportnodes.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -52,6 +54,7 @@ extern "C" {
 
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
+#include "pg/user_tables/built_objects.hpp"
 #include "pg/user_tables/user_table.hpp"
 
 #include <cstring>
@@ -268,23 +271,12 @@ int64 read_version(const char *fn, StringInfo sig, Oid relid, const UpdateInfo *
 	return version;
 }
 
-} // namespace
-
-IDEM_SQL_FUNCTION(idem_versioned_update)
+// The update itself, whichever way its fields were given.
+Datum versioned_update(FunctionCallInfo fcinfo, Oid relid, const idem::JsonFields &key,
+                       int64 expected_version, const idem::JsonFields &changes,
+                       const char *version_column)
 {
 	static const char fn[] = "idem_versioned_update";
-	static const char *const argnames[] = {"target", "key", "expected_version", "changes",
-	                                       "version_column"};
-	for (int i = 0; i < 5; i++)
-		if (PG_ARGISNULL(i))
-			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			        errmsg("%s: %s must not be null", fn, argnames[i]));
-
-	Oid relid = PG_GETARG_OID(0);
-	idem::JsonFields key = idem::json_object_fields(fn, "key", PG_GETARG_JSONB_P(1));
-	int64 expected_version = PG_GETARG_INT64(2);
-	idem::JsonFields changes = idem::json_object_fields(fn, "changes", PG_GETARG_JSONB_P(3));
-	const char *version_column = NameStr(*PG_GETARG_NAME(4));
 	if (key.count == 0)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 		        errmsg("%s: key must name at least one column", fn));
@@ -310,7 +302,7 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 	char *nulls = static_cast<char *>(palloc(nargs));
 	for (int i = 0; i < changes.count; i++) {
 		bool isnull;
-		values[i] = idem::json_to_column(fn, relid, &info->changes[i], &changes.values[i], &isnull);
+		values[i] = idem::field_to_column(fn, relid, &info->changes[i], changes, i, &isnull);
 		nulls[i] = isnull ? 'n' : ' ';
 	}
 	values[changes.count] = Int64GetDatum(expected_version);
@@ -319,7 +311,7 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 	char *key_nulls = nulls + changes.count + 1;
 	for (int i = 0; i < key.count; i++) {
 		bool isnull;
-		key_values[i] = idem::json_to_column(fn, relid, &info->keys[i], &key.values[i], &isnull);
+		key_values[i] = idem::field_to_column(fn, relid, &info->keys[i], key, i, &isnull);
 		if (isnull)
 			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 			        errmsg("%s: key column \"%s\" must not be null", fn, key.names[i]));
@@ -367,4 +359,71 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 	if (!applied)
 		PG_RETURN_NULL();
 	PG_RETURN_BOOL(true);
+}
+
+} // namespace
+
+IDEM_SQL_FUNCTION(idem_versioned_update)
+{
+	static const char fn[] = "idem_versioned_update";
+	static const char *const argnames[] = {"target", "key", "expected_version", "changes",
+	                                       "version_column"};
+	for (int i = 0; i < 5; i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			        errmsg("%s: %s must not be null", fn, argnames[i]));
+
+	idem::JsonFields key = idem::json_object_fields(fn, "key", PG_GETARG_JSONB_P(1));
+	idem::JsonFields changes = idem::json_object_fields(fn, "changes", PG_GETARG_JSONB_P(3));
+	return versioned_update(fcinfo, PG_GETARG_OID(0), key, PG_GETARG_INT64(2), changes,
+	                        NameStr(*PG_GETARG_NAME(4)));
+}
+
+// idem_versioned_update_fields(target, expected_version, version_column,
+// VARIADIC fields): what the support function below makes of a call whose
+// key and changes are jsonb_build_object calls (built_objects.hpp).
+IDEM_SQL_FUNCTION(idem_versioned_update_fields)
+{
+	static const char fn[] = "idem_versioned_update";
+	static const char *const argnames[] = {"target", "expected_version", "version_column"};
+	for (int i = 0; i < 3; i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			        errmsg("%s: %s must not be null", fn, argnames[i]));
+
+	int next_arg = 3;
+	idem::JsonFields key = idem::typed_fields(fn, fcinfo, &next_arg);
+	idem::JsonFields changes = idem::typed_fields(fn, fcinfo, &next_arg);
+	if (next_arg != PG_NARGS())
+		idem::malformed_fields(fn);
+	return versioned_update(fcinfo, PG_GETARG_OID(0), key, PG_GETARG_INT64(1), changes,
+	                        NameStr(*PG_GETARG_NAME(2)));
+}
+
+// The planner support function of idem_versioned_update: rewrites a call
+// whose key and changes are both jsonb_build_object calls that can be
+// rewritten into one of idem_versioned_update_fields.
+IDEM_SQL_FUNCTION(idem_versioned_update_support)
+{
+	Node *request = reinterpret_cast<Node *>(PG_GETARG_POINTER(0));
+	if (!IsA(request, SupportRequestSimplify))
+		PG_RETURN_POINTER(NULL);
+	FuncExpr *call = reinterpret_cast<SupportRequestSimplify *>(request)->fcall;
+	if (list_length(call->args) != 5)
+		PG_RETURN_POINTER(NULL);
+	List *key = idem::built_object_arguments(static_cast<Node *>(lsecond(call->args)));
+	List *changes = idem::built_object_arguments(static_cast<Node *>(lfourth(call->args)));
+	static const Oid argtypes[] = {REGCLASSOID, INT8OID, NAMEOID, ANYOID};
+	Oid fields_fn =
+	    key == NIL || changes == NIL
+	        ? InvalidOid
+	        : idem::sibling_function(call->funcid, "idem_versioned_update_fields", 4, argtypes);
+	if (!OidIsValid(fields_fn))
+		PG_RETURN_POINTER(NULL);
+	List *args = list_make3(linitial(call->args), lthird(call->args), list_nth(call->args, 4));
+	args = list_concat(list_concat(args, key), changes);
+	FuncExpr *rewritten =
+	    makeFuncExpr(fields_fn, BOOLOID, args, InvalidOid, call->inputcollid, COERCE_EXPLICIT_CALL);
+	rewritten->location = call->location;
+	PG_RETURN_POINTER(rewritten);
 }

@@ -1,0 +1,161 @@
+// See built_objects.hpp.
+extern "C" {
+#include "postgres.h"
+
+#include "catalog/pg_collation_d.h"
+#include "catalog/pg_type_d.h"
+#include "nodes/makefuncs.h"
+#include "nodes/nodeFuncs.h"
+#include "nodes/value.h"
+#include "parser/parse_func.h"
+#include "utils/builtins.h"
+#include "utils/fmgroids.h"
+#include "utils/lsyscache.h"
+}
+
+#include "pg/user_tables/built_objects.hpp"
+
+#include <cstring>
+
+namespace idem
+{
+
+namespace
+{
+
+// The types whose JSON field_to_column reproduces (user_table.hpp).
+bool typed_field_type(Oid type)
+{
+	return type == INT2OID || type == INT4OID || type == INT8OID || type == TEXTOID;
+}
+
+struct BuiltField {
+	const char *name;
+	size_t len;
+	Node *value;
+};
+
+// jsonb's key order: shorter keys first, then bytewise.
+int jsonb_key_order(const BuiltField &a, const BuiltField &b)
+{
+	if (a.len != b.len)
+		return a.len < b.len ? -1 : 1;
+	return memcmp(a.name, b.name, a.len);
+}
+
+} // namespace
+
+List *built_object_arguments(Node *arg)
+{
+	if (arg == NULL || !IsA(arg, FuncExpr))
+		return NIL;
+	FuncExpr *call = reinterpret_cast<FuncExpr *>(arg);
+	int nargs = list_length(call->args);
+	if (call->funcid != F_JSONB_BUILD_OBJECT_ANY || call->funcvariadic || nargs == 0 ||
+	    nargs % 2 != 0)
+		return NIL;
+
+	int count = nargs / 2;
+	BuiltField *fields = static_cast<BuiltField *>(palloc(sizeof(BuiltField) * count));
+	for (int i = 0; i < count; i++) {
+		Node *key = static_cast<Node *>(list_nth(call->args, 2 * i));
+		BuiltField field;
+		field.value = static_cast<Node *>(list_nth(call->args, 2 * i + 1));
+		if (!IsA(key, Const) || !typed_field_type(exprType(field.value)))
+			return NIL;
+		Const *name = reinterpret_cast<Const *>(key);
+		if (name->constisnull)
+			return NIL;
+		if (name->consttype == TEXTOID)
+			field.name = text_to_cstring(DatumGetTextPP(name->constvalue));
+		else if (name->consttype == UNKNOWNOID) // a literal: jsonb_build_object takes it as text
+			field.name = DatumGetCString(name->constvalue);
+		else
+			return NIL;
+		field.len = strlen(field.name);
+		// Insertion in jsonb's order; a key given twice (jsonb keeps the
+		// last value) is left to jsonb_build_object.
+		int at = i;
+		for (; at > 0; at--) {
+			int order = jsonb_key_order(fields[at - 1], field);
+			if (order == 0)
+				return NIL;
+			if (order < 0)
+				break;
+			fields[at] = fields[at - 1];
+		}
+		fields[at] = field;
+	}
+
+	List *args = list_make1(
+	    makeConst(INT4OID, -1, InvalidOid, sizeof(int32), Int32GetDatum(count), false, true));
+	for (int i = 0; i < count; i++)
+		args = lappend(args,
+		               makeConst(TEXTOID, -1, DEFAULT_COLLATION_OID, -1,
+		                         PointerGetDatum(cstring_to_text(fields[i].name)), false, false));
+	for (int i = 0; i < count; i++)
+		args = lappend(args, fields[i].value);
+	return args;
+}
+
+void malformed_fields(const char *fn)
+{
+	ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+	        errmsg("%s: malformed field arguments", fn),
+	        errdetail("The _fields functions take the calls that pg_idem's planner support "
+	                  "rewrites, not calls written by hand."),
+	        errhint("Call the function without _fields."));
+	pg_unreachable();
+}
+
+Oid sibling_function(Oid sibling, const char *name, int nargs, const Oid *argtypes)
+{
+	char *schema = get_namespace_name(get_func_namespace(sibling));
+	if (schema == NULL)
+		return InvalidOid;
+	List *qualified = list_make2(makeString(schema), makeString(pstrdup(name)));
+	return LookupFuncName(qualified, nargs, argtypes, true);
+}
+
+JsonFields typed_fields(const char *fn, FunctionCallInfo fcinfo, int *next_arg)
+{
+	FmgrInfo *flinfo = fcinfo->flinfo;
+	int nargs = PG_NARGS();
+	int first = *next_arg;
+	if (get_fn_expr_variadic(flinfo) || first >= nargs || PG_ARGISNULL(first) ||
+	    get_fn_expr_argtype(flinfo, first) != INT4OID)
+		malformed_fields(fn);
+	int count = PG_GETARG_INT32(first);
+	if (count < 0 || count > (nargs - first - 1) / 2)
+		malformed_fields(fn);
+
+	JsonFields fields;
+	fields.count = count;
+	fields.names = static_cast<const char **>(palloc(sizeof(char *) * (count + 1)));
+	fields.values = NULL;
+	Datum *datums = static_cast<Datum *>(palloc(sizeof(Datum) * (count + 1)));
+	bool *nulls = static_cast<bool *>(palloc(sizeof(bool) * (count + 1)));
+	Oid *types = static_cast<Oid *>(palloc(sizeof(Oid) * (count + 1)));
+	for (int i = 0; i < count; i++) {
+		int name_arg = first + 1 + i;
+		int value_arg = first + 1 + count + i;
+		if (PG_ARGISNULL(name_arg) || get_fn_expr_argtype(flinfo, name_arg) != TEXTOID)
+			malformed_fields(fn);
+		fields.names[i] = text_to_cstring(PG_GETARG_TEXT_PP(name_arg));
+		for (int j = 0; j < i; j++)
+			if (strcmp(fields.names[j], fields.names[i]) == 0)
+				malformed_fields(fn);
+		types[i] = get_fn_expr_argtype(flinfo, value_arg);
+		if (!typed_field_type(types[i]))
+			malformed_fields(fn);
+		nulls[i] = PG_ARGISNULL(value_arg);
+		datums[i] = nulls[i] ? Datum(0) : PG_GETARG_DATUM(value_arg);
+	}
+	fields.datums = datums;
+	fields.nulls = nulls;
+	fields.types = types;
+	*next_arg = first + 1 + 2 * count;
+	return fields;
+}
+
+} // namespace idem

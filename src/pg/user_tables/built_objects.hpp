@@ -1,0 +1,52 @@
+// JSON objects that are never built: a call such as
+//
+//   idem_versioned_update('users', jsonb_build_object('id', $1), $2,
+//                         jsonb_build_object('points', $3))
+//
+// spends more on building its two objects (jsonb_build_object, then the
+// function taking them apart again) than on anything it does itself. A
+// planner support function rewrites it, once per plan, into a call of a
+// sibling function that takes the same fields as plain arguments:
+//
+//   idem_versioned_update_fields('users', $2, 'version',
+//                                1, 'id', $1, 1, 'points', $3)
+//
+// Each object becomes its number of fields, its keys, then its values, in
+// the order jsonb would have listed its keys (so that the call names its
+// columns, builds its statement and reports its errors in the same order).
+// Only objects whose keys are distinct non-null constants, and whose values
+// are smallint, integer, bigint or text, are rewritten: for those the
+// sibling converts each value exactly as its JSON would have been
+// converted (see field_to_column), so the rewrite changes no result and no
+// error. Anything else is left as written. Include after postgres.h.
+#pragma once
+
+extern "C" {
+#include "fmgr.h"
+#include "nodes/pg_list.h"
+#include "nodes/primnodes.h"
+}
+
+#include "pg/user_tables/user_table.hpp"
+
+namespace idem
+{
+
+// The arguments that stand for `arg` in a rewritten call (count, keys,
+// values), or NIL when `arg` is not a jsonb_build_object call that can be
+// rewritten.
+List *built_object_arguments(Node *arg);
+
+// The function `name` of the same schema as `sibling`, with the argument
+// types given, or InvalidOid (an extension not yet updated to have it).
+Oid sibling_function(Oid sibling, const char *name, int nargs, const Oid *argtypes);
+
+// Reads the fields of one object from the arguments of a rewritten call,
+// starting at *next_arg (its count), and moves *next_arg past them. Errors
+// (22023) for arguments a rewrite would not have written.
+JsonFields typed_fields(const char *fn, FunctionCallInfo fcinfo, int *next_arg);
+
+// The error for arguments a rewrite would not have written (22023).
+[[noreturn]] void malformed_fields(const char *fn);
+
+} // namespace idem

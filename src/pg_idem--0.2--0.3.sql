@@ -459,3 +459,18 @@ REVOKE ALL ON FUNCTION @extschema@.idem_versioned_update_support(internal) FROM 
 
 ALTER FUNCTION @extschema@.idem_versioned_update(regclass, jsonb, bigint, jsonb, name)
     SUPPORT @extschema@.idem_versioned_update_support;
+
+-- The same for idem_try_insert_row(t, jsonb_build_object(...)).
+CREATE FUNCTION @extschema@.idem_try_insert_row_fields(target regclass, VARIADIC fields "any")
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_try_insert_row_fields'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_try_insert_row_support(internal)
+RETURNS internal
+AS 'MODULE_PATHNAME', 'idem_try_insert_row_support'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+REVOKE ALL ON FUNCTION @extschema@.idem_try_insert_row_support(internal) FROM PUBLIC;
+
+ALTER FUNCTION @extschema@.idem_try_insert_row(regclass, jsonb)
+    SUPPORT @extschema@.idem_try_insert_row_support;

@@ -314,13 +314,38 @@ RESET ROLE;
 ALTER TABLE typed DROP COLUMN big;
 EXECUTE set_big(1, 4, 300);
 SELECT label, version FROM typed WHERE id = 1;
+-- A caller who may not execute idem_versioned_update gets no rewrite: the
+-- call fails as written, also from a plan made before the REVOKE.
+SET plan_cache_mode = force_generic_plan;
+GRANT UPDATE ON typed TO regress_idem_typed;
+SET ROLE regress_idem_typed;
+PREPARE set_label_again(int, int, text) AS
+SELECT idem_versioned_update('typed', jsonb_build_object('id', $1), $2,
+                             jsonb_build_object('label', $3));
+EXECUTE set_label_again(1, 4, 'again');
+RESET ROLE;
+REVOKE EXECUTE ON FUNCTION idem_versioned_update(regclass, jsonb, bigint, jsonb, name)
+    FROM PUBLIC;
+SET ROLE regress_idem_typed;
+EXECUTE set_label_again(1, 5, 'denied');
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 5,
+                             jsonb_build_object('label', 'denied'::text));
+RESET ROLE;
+GRANT EXECUTE ON FUNCTION idem_versioned_update(regclass, jsonb, bigint, jsonb, name)
+    TO PUBLIC;
+SET ROLE regress_idem_typed;
+EXECUTE set_label_again(1, 5, 'granted again');
+RESET ROLE;
+RESET plan_cache_mode;
+DEALLOCATE set_label_again;
+SELECT label, version FROM typed WHERE id = 1;
 -- Called by hand with arguments no rewrite writes.
 SELECT idem_versioned_update_fields('typed', 0, 'version', 1, 'id'::text, 1);
 SELECT idem_versioned_update_fields('typed', 0, 'version', 1, 'id'::text, 1, 1, 'id'::text, 2.5);
 SELECT idem_versioned_update_fields('typed', 0, 'version', 1, 'id'::text, 1, 2, 'label'::text,
                                     'label'::text, 1, 2);
 SELECT idem_versioned_update_fields('typed', 0, 'version', VARIADIC ARRAY[1, 2]);
-SELECT idem_versioned_update_fields('typed', 4, 'version', 1, 'id'::text, 1, 1,
+SELECT idem_versioned_update_fields('typed', 6, 'version', 1, 'id'::text, 1, 1,
                                     'label'::text, 'by hand'::text) AS applied;
 DEALLOCATE set_big;
 DEALLOCATE set_label;

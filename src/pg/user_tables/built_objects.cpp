@@ -3,16 +3,21 @@ extern "C" {
 #include "postgres.h"
 
 #include "catalog/pg_collation_d.h"
+#include "catalog/pg_proc_d.h"
 #include "catalog/pg_type_d.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
 #include "nodes/value.h"
+#include "miscadmin.h"
+#include "optimizer/planmain.h"
 #include "parser/parse_func.h"
+#include "utils/acl.h"
 #include "utils/builtins.h"
 #include "utils/fmgroids.h"
 #include "utils/lsyscache.h"
 }
 
+#include "pg/compat.hpp"
 #include "pg/user_tables/built_objects.hpp"
 
 #include <cstring>
@@ -108,13 +113,21 @@ void malformed_fields(const char *fn)
 	pg_unreachable();
 }
 
-Oid sibling_function(Oid sibling, const char *name, int nargs, const Oid *argtypes)
+Oid rewrite_function(SupportRequestSimplify *request, const char *name, int nargs,
+                     const Oid *argtypes)
 {
-	char *schema = get_namespace_name(get_func_namespace(sibling));
+	Oid called = request->fcall->funcid;
+	if (request->root == NULL ||
+	    object_aclcheck(ProcedureRelationId, called, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
+		return InvalidOid;
+	char *schema = get_namespace_name(get_func_namespace(called));
 	if (schema == NULL)
 		return InvalidOid;
 	List *qualified = list_make2(makeString(schema), makeString(pstrdup(name)));
-	return LookupFuncName(qualified, nargs, argtypes, true);
+	Oid rewritten = LookupFuncName(qualified, nargs, argtypes, true);
+	if (OidIsValid(rewritten))
+		record_plan_function_dependency(request->root, called);
+	return rewritten;
 }
 
 JsonFields typed_fields(const char *fn, FunctionCallInfo fcinfo, int *next_arg)

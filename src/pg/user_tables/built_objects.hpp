@@ -25,6 +25,7 @@ extern "C" {
 #include "fmgr.h"
 #include "nodes/pg_list.h"
 #include "nodes/primnodes.h"
+#include "nodes/supportnodes.h"
 }
 
 #include "pg/user_tables/user_table.hpp"
@@ -37,9 +38,16 @@ namespace idem
 // rewritten.
 List *built_object_arguments(Node *arg);
 
-// The function `name` of the same schema as `sibling`, with the argument
-// types given, or InvalidOid (an extension not yet updated to have it).
-Oid sibling_function(Oid sibling, const char *name, int nargs, const Oid *argtypes);
+// The function `name`, of the schema of the function `request` simplifies
+// and with the argument types given, that the call may be rewritten into;
+// or InvalidOid, to leave it as written: outside a plan, for a caller who
+// may not execute the function called (the executor then says so), or in
+// an extension not yet updated to have `name`. Like PostgreSQL's inlining
+// of SQL functions, which this is close to, the caller's EXECUTE privilege
+// is checked when planning, and the plan depends on the function called,
+// so that a GRANT or REVOKE on it plans the call again.
+Oid rewrite_function(SupportRequestSimplify *request, const char *name, int nargs,
+                     const Oid *argtypes);
 
 // Reads the fields of one object from the arguments of a rewritten call,
 // starting at *next_arg (its count), and moves *next_arg past them. Errors

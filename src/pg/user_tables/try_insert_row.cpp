@@ -137,14 +137,15 @@ IDEM_SQL_FUNCTION(idem_try_insert_row_support)
 	Node *request = reinterpret_cast<Node *>(PG_GETARG_POINTER(0));
 	if (!IsA(request, SupportRequestSimplify))
 		PG_RETURN_POINTER(NULL);
-	FuncExpr *call = reinterpret_cast<SupportRequestSimplify *>(request)->fcall;
+	SupportRequestSimplify *simplify = reinterpret_cast<SupportRequestSimplify *>(request);
+	FuncExpr *call = simplify->fcall;
 	if (list_length(call->args) != 2)
 		PG_RETURN_POINTER(NULL);
 	List *row = idem::built_object_arguments(static_cast<Node *>(lsecond(call->args)));
 	static const Oid argtypes[] = {REGCLASSOID, ANYOID};
-	Oid fields_fn = row == NIL ? InvalidOid
-	                           : idem::sibling_function(call->funcid, "idem_try_insert_row_fields",
-	                                                    2, argtypes);
+	Oid fields_fn =
+	    row == NIL ? InvalidOid
+	               : idem::rewrite_function(simplify, "idem_try_insert_row_fields", 2, argtypes);
 	if (!OidIsValid(fields_fn))
 		PG_RETURN_POINTER(NULL);
 	FuncExpr *rewritten = makeFuncExpr(fields_fn, BOOLOID, lcons(linitial(call->args), row),

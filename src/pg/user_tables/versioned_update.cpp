@@ -408,7 +408,8 @@ IDEM_SQL_FUNCTION(idem_versioned_update_support)
 	Node *request = reinterpret_cast<Node *>(PG_GETARG_POINTER(0));
 	if (!IsA(request, SupportRequestSimplify))
 		PG_RETURN_POINTER(NULL);
-	FuncExpr *call = reinterpret_cast<SupportRequestSimplify *>(request)->fcall;
+	SupportRequestSimplify *simplify = reinterpret_cast<SupportRequestSimplify *>(request);
+	FuncExpr *call = simplify->fcall;
 	if (list_length(call->args) != 5)
 		PG_RETURN_POINTER(NULL);
 	List *key = idem::built_object_arguments(static_cast<Node *>(lsecond(call->args)));
@@ -417,7 +418,7 @@ IDEM_SQL_FUNCTION(idem_versioned_update_support)
 	Oid fields_fn =
 	    key == NIL || changes == NIL
 	        ? InvalidOid
-	        : idem::sibling_function(call->funcid, "idem_versioned_update_fields", 4, argtypes);
+	        : idem::rewrite_function(simplify, "idem_versioned_update_fields", 4, argtypes);
 	if (!OidIsValid(fields_fn))
 		PG_RETURN_POINTER(NULL);
 	List *args = list_make3(linitial(call->args), lthird(call->args), list_nth(call->args, 4));

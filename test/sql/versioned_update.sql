@@ -339,6 +339,28 @@ RESET ROLE;
 RESET plan_cache_mode;
 DEALLOCATE set_label_again;
 SELECT label, version FROM typed WHERE id = 1;
+-- A miss reads the row's version through the unique index where that reads
+-- what the SQL read would, and with SQL otherwise: a key wider than the
+-- index, a caller with SELECT on some columns only, row-level security.
+CREATE TABLE probed (id int PRIMARY KEY, region text NOT NULL, secret text,
+                     version int NOT NULL DEFAULT 0);
+INSERT INTO probed VALUES (1, 'eu', 's', 3);
+SELECT idem_versioned_update('probed', '{"id": 1}', 2, '{}') AS replay;
+SELECT idem_versioned_update('probed', '{"id": 1, "region": "eu"}', 2, '{}') AS wider_key_replay;
+SELECT idem_versioned_update('probed', '{"id": 1, "region": "us"}', 2, '{}') AS wider_key_no_row;
+GRANT SELECT (id, version), UPDATE (version) ON probed TO regress_idem_typed;
+SET ROLE regress_idem_typed;
+SELECT idem_versioned_update('probed', '{"id": 1}', 2, '{}') AS replay_by_columns;
+SELECT idem_versioned_update('probed', '{"id": 1}', 3, '{}') AS applied_by_columns;
+RESET ROLE;
+GRANT SELECT, UPDATE ON probed TO regress_idem_typed;
+ALTER TABLE probed ENABLE ROW LEVEL SECURITY;
+CREATE POLICY us_only ON probed USING (region = 'us');
+SET ROLE regress_idem_typed;
+SELECT idem_versioned_update('probed', '{"id": 1}', 2, '{}') AS hidden_by_policy;
+RESET ROLE;
+SELECT * FROM probed;
+DROP TABLE probed;
 -- Called by hand with arguments no rewrite writes.
 SELECT idem_versioned_update_fields('typed', 0, 'version', 1, 'id'::text, 1);
 SELECT idem_versioned_update_fields('typed', 0, 'version', 1, 'id'::text, 1, 1, 'id'::text, 2.5);

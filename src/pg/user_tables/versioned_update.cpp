@@ -12,8 +12,9 @@
 // expected version at the type's limit is an error only for a row that
 // matches.
 //
-// A miss (only a miss pays for it) reads the row's version; unless that
-// shows a replay, it locks the row with SELECT ... FOR NO KEY UPDATE, which
+// A miss (only a miss pays for it) reads the row's version (through the
+// unique index, where that reads what SQL would: version_probe.hpp); unless
+// that shows a replay, it locks the row with SELECT ... FOR NO KEY UPDATE, which
 // waits for a writer in flight, and reads the version again:
 //   - no row (or the caller may not update it): NULL;
 //   - a later version: false, a replay or a stale message;
@@ -55,6 +56,7 @@ extern "C" {
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
 #include "pg/user_tables/built_objects.hpp"
+#include "pg/user_tables/version_probe.hpp"
 #include "pg/user_tables/user_table.hpp"
 
 #include <cstring>
@@ -68,7 +70,8 @@ struct UpdateInfo {
 	int nkeys;
 	idem::TargetColumn *keys;
 	const char *version_column;
-	bool only; // an ordinary table: ONLY, so that inheritance children are left out
+	bool only;                // an ordinary table: ONLY, so that inheritance children are left out
+	idem::VersionProbe probe; // the plain read of a miss, where it needs no SQL
 };
 
 // Does the index's uniqueness hold for `=` on its key column `keyno`: the
@@ -85,14 +88,15 @@ bool enforces_equality(Relation rel, Relation index, int keyno)
 	       (!OidIsValid(collation) || collation == att->attcollation);
 }
 
-// Does the set of key columns include all key columns of some unique index
-// that makes `=` on them name at most one row (valid, immediate, not
-// partial, no expressions, the columns' own equality and collation)?
-bool covers_unique_index(Relation rel, Bitmapset *key_attnums)
+// A unique index whose key columns are all among the key columns and that
+// makes `=` on them name at most one row (valid, immediate, not partial, no
+// expressions, the columns' own equality and collation); InvalidOid if
+// none.
+Oid unique_index_covering(Relation rel, Bitmapset *key_attnums)
 {
 	List *indexes = RelationGetIndexList(rel);
 	ListCell *lc;
-	bool covered = false;
+	Oid covered = InvalidOid;
 	foreach (lc, indexes) {
 		Relation index = index_open(lfirst_oid(lc), AccessShareLock);
 		Form_pg_index form = index->rd_index;
@@ -103,9 +107,10 @@ bool covers_unique_index(Relation rel, Bitmapset *key_attnums)
 			usable = bms_is_member(form->indkey.values[i], key_attnums) &&
 			         enforces_equality(rel, index, i);
 		index_close(index, AccessShareLock);
-		covered = usable;
-		if (covered)
+		if (usable) {
+			covered = lfirst_oid(lc);
 			break;
+		}
 	}
 	list_free(indexes);
 	return covered;
@@ -205,7 +210,8 @@ void build_update(const char *fn, idem::Statement *st, Oid relid, const char *ve
 		append_key_condition(fn, &sql, rel, &info->keys[i], version_param + 1 + i);
 		appendStringInfoString(&sql, " AND ");
 	}
-	if (!covers_unique_index(rel, key_attnums))
+	Oid index = unique_index_covering(rel, key_attnums);
+	if (!OidIsValid(index))
 		ereport(ERROR, errcode(ERRCODE_INVALID_COLUMN_REFERENCE),
 		        errmsg("%s: key does not cover a unique index of relation \"%s\"", fn, relname),
 		        errhint("Give every column of the primary key or of a unique index (not "
@@ -213,6 +219,8 @@ void build_update(const char *fn, idem::Statement *st, Oid relid, const char *ve
 		                "that the key names at most one row."));
 	appendStringInfo(&sql, "%s OPERATOR(pg_catalog.=) $%d", quote_identifier(version_column),
 	                 version_param);
+	idem::describe_version_probe(rel, index, info->keys, key.count, version, &info->probe,
+	                             st->context);
 	table_close(rel, NoLock);
 
 	st->info = info;
@@ -243,12 +251,29 @@ void build_version_read(const char *fn, idem::Statement *st, Oid relid, const Up
 	idem::statement_prepare(st, sql.data, update->nkeys, types);
 }
 
+[[noreturn]] void version_is_null(const char *fn, const UpdateInfo *update)
+{
+	ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+	        errmsg("%s: the version column \"%s\" of the row is null", fn, update->version_column),
+	        errdetail("A row without a version cannot take a versioned update; nothing "
+	                  "was changed."));
+	pg_unreachable();
+}
+
 // The version of the row the key names (*exists false if none), read
 // plainly or under a lock. `sig` is the update's signature, whose first
 // byte becomes the read's own.
 int64 read_version(const char *fn, StringInfo sig, Oid relid, const UpdateInfo *update,
                    Datum *key_values, char *key_nulls, bool lock, bool *exists)
 {
+	bool isnull;
+	int64 version;
+	if (!lock && idem::probe_version(update->probe, relid, key_values, exists, &version, &isnull)) {
+		if (*exists && isnull)
+			version_is_null(fn, update);
+		return version;
+	}
+
 	sig->data[0] = lock ? 'y' : 'x'; // "xersion:...", "yersion:..."
 	idem::Statement *read = idem::statement_lookup(sig->data, sig->len, relid);
 	if (!idem::statement_ready(read))
@@ -259,15 +284,10 @@ int64 read_version(const char *fn, StringInfo sig, Oid relid, const UpdateInfo *
 	*exists = SPI_processed > 0;
 	if (!*exists)
 		return 0;
-	bool isnull;
-	int64 version =
+	version =
 	    DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (isnull)
-		ereport(
-		    ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-		    errmsg("%s: the version column \"%s\" of the row is null", fn, update->version_column),
-		    errdetail("A row without a version cannot take a versioned update; nothing "
-		              "was changed."));
+		version_is_null(fn, update);
 	return version;
 }
 

@@ -18,6 +18,7 @@ extern "C" {
 #include "utils/typcache.h"
 }
 
+#include "pg/compat.hpp"
 #include "pg/user_tables/version_probe.hpp"
 
 namespace idem
@@ -78,7 +79,7 @@ bool probe_version(const VersionProbe &probe, Oid relid, const Datum *key_values
 	CommandCounterIncrement();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	UpdateActiveSnapshotCommandId();
-	IndexScanDesc scan = index_beginscan(rel, index, GetActiveSnapshot(), probe.nkeys, 0);
+	IndexScanDesc scan = compat::index_beginscan(rel, index, GetActiveSnapshot(), probe.nkeys, 0);
 	index_rescan(scan, keys, probe.nkeys, NULL, 0);
 	TupleTableSlot *slot = table_slot_create(rel, NULL);
 	*exists = index_getnext_slot(scan, ForwardScanDirection, slot);

@@ -442,11 +442,9 @@ REVOKE ALL ON FUNCTION @extschema@.idem_distribute(regclass) FROM PUBLIC;
 -- without building the two objects: its planner support function rewrites
 -- such a call, when nothing can tell the difference, into one of
 -- idem_versioned_update_fields with the keys and values as arguments
--- (src/pg/user_tables/built_objects.hpp). Not for calling by hand.
-CREATE FUNCTION @extschema@.idem_versioned_update_fields(target regclass,
-                                                         expected_version bigint,
-                                                         version_column name,
-                                                         VARIADIC fields "any")
+-- (src/pg/user_tables/built_objects.hpp), its arguments in the order
+-- written. Not for calling by hand.
+CREATE FUNCTION @extschema@.idem_versioned_update_fields(VARIADIC arguments "any")
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_versioned_update_fields'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;
@@ -461,7 +459,7 @@ ALTER FUNCTION @extschema@.idem_versioned_update(regclass, jsonb, bigint, jsonb,
     SUPPORT @extschema@.idem_versioned_update_support;
 
 -- The same for idem_try_insert_row(t, jsonb_build_object(...)).
-CREATE FUNCTION @extschema@.idem_try_insert_row_fields(target regclass, VARIADIC fields "any")
+CREATE FUNCTION @extschema@.idem_try_insert_row_fields(VARIADIC arguments "any")
 RETURNS boolean
 AS 'MODULE_PATHNAME', 'idem_try_insert_row_fields'
 LANGUAGE C VOLATILE PARALLEL UNSAFE;

@@ -262,8 +262,19 @@ ALTER TABLE typed_log DROP COLUMN label;
 EXECUTE log_row(6, 'ab');
 SELECT id FROM typed_log ORDER BY id;
 DEALLOCATE log_row;
+-- The values are evaluated in the order written, as jsonb_build_object
+-- evaluates them (not in the order of the keys).
+CREATE SEQUENCE typed_log_seq START 10;
+EXPLAIN (VERBOSE, COSTS OFF)
+SELECT idem_try_insert_row('typed_log', jsonb_build_object('note', nextval('typed_log_seq')::text,
+                                                           'id', nextval('typed_log_seq')));
+SELECT idem_try_insert_row('typed_log', jsonb_build_object('note', nextval('typed_log_seq')::text,
+                                                           'id', nextval('typed_log_seq')));
+SELECT id, note FROM typed_log WHERE id >= 10;
+DROP SEQUENCE typed_log_seq;
 -- Called by hand with arguments no rewrite writes.
-SELECT idem_try_insert_row_fields('typed_log', 1, 'id'::text, 1.5);
-SELECT idem_try_insert_row_fields('typed_log', 1, 'id'::text, 9, 'extra'::text);
-SELECT idem_try_insert_row_fields('typed_log', 1, 'id'::text, 9) AS inserted;
+SELECT idem_try_insert_row_fields('typed_log'::regclass, 1, 'id'::text, 1.5);
+SELECT idem_try_insert_row_fields('typed_log'::regclass, 1, 'id'::text, 9, 'extra'::text);
+SELECT idem_try_insert_row_fields('typed_log', 1, 'id'::text, 9);
+SELECT idem_try_insert_row_fields('typed_log'::regclass, 1, 'id'::text, 9) AS inserted;
 DROP TABLE typed_log;

@@ -324,15 +324,17 @@ SELECT idem_versioned_update('typed', jsonb_build_object('id', $1), $2,
                              jsonb_build_object('label', $3));
 EXECUTE set_label_again(1, 4, 'again');
 RESET ROLE;
+-- (Rolled back, so that the function's privileges are left as installed.)
+BEGIN;
 REVOKE EXECUTE ON FUNCTION idem_versioned_update(regclass, jsonb, bigint, jsonb, name)
     FROM PUBLIC;
-SET ROLE regress_idem_typed;
+SET LOCAL ROLE regress_idem_typed;
+SAVEPOINT denied;
 EXECUTE set_label_again(1, 5, 'denied');
+ROLLBACK TO denied;
 SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 5,
                              jsonb_build_object('label', 'denied'::text));
-RESET ROLE;
-GRANT EXECUTE ON FUNCTION idem_versioned_update(regclass, jsonb, bigint, jsonb, name)
-    TO PUBLIC;
+ROLLBACK;
 SET ROLE regress_idem_typed;
 EXECUTE set_label_again(1, 5, 'granted again');
 RESET ROLE;
@@ -362,13 +364,16 @@ RESET ROLE;
 SELECT * FROM probed;
 DROP TABLE probed;
 -- Called by hand with arguments no rewrite writes.
-SELECT idem_versioned_update_fields('typed', 0, 'version', 1, 'id'::text, 1);
-SELECT idem_versioned_update_fields('typed', 0, 'version', 1, 'id'::text, 1, 1, 'id'::text, 2.5);
-SELECT idem_versioned_update_fields('typed', 0, 'version', 1, 'id'::text, 1, 2, 'label'::text,
-                                    'label'::text, 1, 2);
-SELECT idem_versioned_update_fields('typed', 0, 'version', VARIADIC ARRAY[1, 2]);
-SELECT idem_versioned_update_fields('typed', 6, 'version', 1, 'id'::text, 1, 1,
-                                    'label'::text, 'by hand'::text) AS applied;
+SELECT idem_versioned_update_fields('typed'::regclass, 1, 'id'::text, 1);
+SELECT idem_versioned_update_fields('typed'::regclass, 1, 'id'::text, 2.5, 6::bigint, 0,
+                                    'version'::name);
+SELECT idem_versioned_update_fields('typed'::regclass, 1, 'id'::text, 1, 6::bigint, 2,
+                                    'label'::text, 'label'::text, 'a'::text, 'b'::text,
+                                    'version'::name);
+SELECT idem_versioned_update_fields('typed', 1, 'id'::text, 1, 6::bigint, 0, 'version'::name);
+SELECT idem_versioned_update_fields(VARIADIC ARRAY[1, 2]);
+SELECT idem_versioned_update_fields('typed'::regclass, 1, 'id'::text, 1, 6::bigint, 1,
+                                    'label'::text, 'by hand'::text, 'version'::name) AS applied;
 DEALLOCATE set_big;
 DEALLOCATE set_label;
 DROP TABLE typed;

@@ -64,7 +64,7 @@ List *built_object_arguments(Node *arg)
 	BuiltField *fields = static_cast<BuiltField *>(palloc(sizeof(BuiltField) * count));
 	for (int i = 0; i < count; i++) {
 		Node *key = static_cast<Node *>(list_nth(call->args, 2 * i));
-		BuiltField field;
+		BuiltField &field = fields[i];
 		field.value = static_cast<Node *>(list_nth(call->args, 2 * i + 1));
 		if (!IsA(key, Const) || !typed_field_type(exprType(field.value)))
 			return NIL;
@@ -78,20 +78,15 @@ List *built_object_arguments(Node *arg)
 		else
 			return NIL;
 		field.len = strlen(field.name);
-		// Insertion in jsonb's order; a key given twice (jsonb keeps the
-		// last value) is left to jsonb_build_object.
-		int at = i;
-		for (; at > 0; at--) {
-			int order = jsonb_key_order(fields[at - 1], field);
-			if (order == 0)
+		// A key given twice (jsonb keeps the last value) is left to
+		// jsonb_build_object.
+		for (int j = 0; j < i; j++)
+			if (jsonb_key_order(fields[j], field) == 0)
 				return NIL;
-			if (order < 0)
-				break;
-			fields[at] = fields[at - 1];
-		}
-		fields[at] = field;
 	}
 
+	// The values stay in the order written, so that they are evaluated in
+	// the same order as before (a volatile one, or the first to fail).
 	List *args = list_make1(
 	    makeConst(INT4OID, -1, InvalidOid, sizeof(int32), Int32GetDatum(count), false, true));
 	for (int i = 0; i < count; i++)
@@ -130,17 +125,46 @@ Oid rewrite_function(SupportRequestSimplify *request, const char *name, int narg
 	return rewritten;
 }
 
+bool argument_is(FunctionCallInfo fcinfo, int arg, Oid type)
+{
+	return !get_fn_expr_variadic(fcinfo->flinfo) && arg < PG_NARGS() &&
+	       get_fn_expr_argtype(fcinfo->flinfo, arg) == type;
+}
+
 JsonFields typed_fields(const char *fn, FunctionCallInfo fcinfo, int *next_arg)
 {
 	FmgrInfo *flinfo = fcinfo->flinfo;
 	int nargs = PG_NARGS();
 	int first = *next_arg;
-	if (get_fn_expr_variadic(flinfo) || first >= nargs || PG_ARGISNULL(first) ||
-	    get_fn_expr_argtype(flinfo, first) != INT4OID)
+	if (!argument_is(fcinfo, first, INT4OID) || PG_ARGISNULL(first))
 		malformed_fields(fn);
 	int count = PG_GETARG_INT32(first);
 	if (count < 0 || count > (nargs - first - 1) / 2)
 		malformed_fields(fn);
+
+	// In jsonb's key order, as json_object_fields lists them.
+	BuiltField *sorted = static_cast<BuiltField *>(palloc(sizeof(BuiltField) * (count + 1)));
+	int *arg_of = static_cast<int *>(palloc(sizeof(int) * (count + 1)));
+	for (int i = 0; i < count; i++) {
+		int name_arg = first + 1 + i;
+		if (PG_ARGISNULL(name_arg) || get_fn_expr_argtype(flinfo, name_arg) != TEXTOID)
+			malformed_fields(fn);
+		BuiltField field;
+		field.name = text_to_cstring(PG_GETARG_TEXT_PP(name_arg));
+		field.len = strlen(field.name);
+		int at = i;
+		for (; at > 0; at--) {
+			int order = jsonb_key_order(sorted[at - 1], field);
+			if (order == 0)
+				malformed_fields(fn);
+			if (order < 0)
+				break;
+			sorted[at] = sorted[at - 1];
+			arg_of[at] = arg_of[at - 1];
+		}
+		sorted[at] = field;
+		arg_of[at] = first + 1 + count + i;
+	}
 
 	JsonFields fields;
 	fields.count = count;
@@ -150,19 +174,12 @@ JsonFields typed_fields(const char *fn, FunctionCallInfo fcinfo, int *next_arg)
 	bool *nulls = static_cast<bool *>(palloc(sizeof(bool) * (count + 1)));
 	Oid *types = static_cast<Oid *>(palloc(sizeof(Oid) * (count + 1)));
 	for (int i = 0; i < count; i++) {
-		int name_arg = first + 1 + i;
-		int value_arg = first + 1 + count + i;
-		if (PG_ARGISNULL(name_arg) || get_fn_expr_argtype(flinfo, name_arg) != TEXTOID)
-			malformed_fields(fn);
-		fields.names[i] = text_to_cstring(PG_GETARG_TEXT_PP(name_arg));
-		for (int j = 0; j < i; j++)
-			if (strcmp(fields.names[j], fields.names[i]) == 0)
-				malformed_fields(fn);
-		types[i] = get_fn_expr_argtype(flinfo, value_arg);
+		fields.names[i] = sorted[i].name;
+		types[i] = get_fn_expr_argtype(flinfo, arg_of[i]);
 		if (!typed_field_type(types[i]))
 			malformed_fields(fn);
-		nulls[i] = PG_ARGISNULL(value_arg);
-		datums[i] = nulls[i] ? Datum(0) : PG_GETARG_DATUM(value_arg);
+		nulls[i] = PG_ARGISNULL(arg_of[i]);
+		datums[i] = nulls[i] ? Datum(0) : PG_GETARG_DATUM(arg_of[i]);
 	}
 	fields.datums = datums;
 	fields.nulls = nulls;

@@ -8,17 +8,20 @@
 // planner support function rewrites it, once per plan, into a call of a
 // sibling function that takes the same fields as plain arguments:
 //
-//   idem_versioned_update_fields('users', $2, 'version',
-//                                1, 'id', $1, 1, 'points', $3)
+//   idem_versioned_update_fields('users', 1, 'id', $1, $2,
+//                                1, 'points', $3, 'version')
 //
-// Each object becomes its number of fields, its keys, then its values, in
-// the order jsonb would have listed its keys (so that the call names its
-// columns, builds its statement and reports its errors in the same order).
-// Only objects whose keys are distinct non-null constants, and whose values
-// are smallint, integer, bigint or text, are rewritten: for those the
-// sibling converts each value exactly as its JSON would have been
-// converted (see field_to_column), so the rewrite changes no result and no
-// error. Anything else is left as written. Include after postgres.h.
+// Each object becomes its number of fields, its keys, then its values. The
+// arguments keep the order in which they were written, so that they are
+// evaluated as before (a volatile one, or the first to fail); the sibling
+// takes the fields in the order jsonb would have listed the keys (so that
+// the call names its columns, builds its statement and reports its errors
+// in the same order). Only objects whose keys are distinct non-null
+// constants, and whose values are smallint, integer, bigint or text, are
+// rewritten: for those the sibling converts each value exactly as its JSON
+// would have been converted (see field_to_column), so the rewrite changes
+// no result and no error. Anything else is left as written. Include after
+// postgres.h.
 #pragma once
 
 extern "C" {
@@ -48,6 +51,9 @@ List *built_object_arguments(Node *arg);
 // so that a GRANT or REVOKE on it plans the call again.
 Oid rewrite_function(SupportRequestSimplify *request, const char *name, int nargs,
                      const Oid *argtypes);
+
+// Is argument `arg` of a rewritten call there, and of type `type`?
+bool argument_is(FunctionCallInfo fcinfo, int arg, Oid type);
 
 // Reads the fields of one object from the arguments of a rewritten call,
 // starting at *next_arg (its count), and moves *next_arg past them. Errors

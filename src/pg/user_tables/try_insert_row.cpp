@@ -113,19 +113,19 @@ IDEM_SQL_FUNCTION(idem_try_insert_row)
 	                      idem::json_object_fields(fn, "row", PG_GETARG_JSONB_P(1)));
 }
 
-// idem_try_insert_row_fields(target, VARIADIC fields): what the support
-// function below makes of a call whose row is a jsonb_build_object call
-// (built_objects.hpp).
+// idem_try_insert_row_fields(VARIADIC "any"): what the support function
+// below makes of a call whose row is a jsonb_build_object call
+// (built_objects.hpp): the target, then the row's fields.
 IDEM_SQL_FUNCTION(idem_try_insert_row_fields)
 {
 	static const char fn[] = "idem_try_insert_row";
+	int next_arg = 1;
+	idem::JsonFields row = idem::typed_fields(fn, fcinfo, &next_arg);
+	if (!idem::argument_is(fcinfo, 0, REGCLASSOID) || next_arg != PG_NARGS())
+		idem::malformed_fields(fn);
 	if (PG_ARGISNULL(0))
 		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 		        errmsg("%s: target must not be null", fn));
-	int next_arg = 1;
-	idem::JsonFields row = idem::typed_fields(fn, fcinfo, &next_arg);
-	if (next_arg != PG_NARGS())
-		idem::malformed_fields(fn);
 	return try_insert_row(PG_GETARG_OID(0), row);
 }
 
@@ -142,10 +142,10 @@ IDEM_SQL_FUNCTION(idem_try_insert_row_support)
 	if (list_length(call->args) != 2)
 		PG_RETURN_POINTER(NULL);
 	List *row = idem::built_object_arguments(static_cast<Node *>(lsecond(call->args)));
-	static const Oid argtypes[] = {REGCLASSOID, ANYOID};
+	static const Oid argtypes[] = {ANYOID};
 	Oid fields_fn =
 	    row == NIL ? InvalidOid
-	               : idem::rewrite_function(simplify, "idem_try_insert_row_fields", 2, argtypes);
+	               : idem::rewrite_function(simplify, "idem_try_insert_row_fields", 1, argtypes);
 	if (!OidIsValid(fields_fn))
 		PG_RETURN_POINTER(NULL);
 	FuncExpr *rewritten = makeFuncExpr(fields_fn, BOOLOID, lcons(linitial(call->args), row),

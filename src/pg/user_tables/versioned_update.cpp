@@ -399,25 +399,31 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 	                        NameStr(*PG_GETARG_NAME(4)));
 }
 
-// idem_versioned_update_fields(target, expected_version, version_column,
-// VARIADIC fields): what the support function below makes of a call whose
-// key and changes are jsonb_build_object calls (built_objects.hpp).
+// idem_versioned_update_fields(VARIADIC "any"): what the support function
+// below makes of a call whose key and changes are jsonb_build_object calls
+// (built_objects.hpp): the target, the key's fields, the expected version,
+// the changes' fields, the version column.
 IDEM_SQL_FUNCTION(idem_versioned_update_fields)
 {
 	static const char fn[] = "idem_versioned_update";
+	int next_arg = 1;
+	idem::JsonFields key = idem::typed_fields(fn, fcinfo, &next_arg);
+	int expected_arg = next_arg++;
+	idem::JsonFields changes = idem::typed_fields(fn, fcinfo, &next_arg);
+	int version_column_arg = next_arg++;
+	if (!idem::argument_is(fcinfo, 0, REGCLASSOID) ||
+	    !idem::argument_is(fcinfo, expected_arg, INT8OID) ||
+	    !idem::argument_is(fcinfo, version_column_arg, NAMEOID) || next_arg != PG_NARGS())
+		idem::malformed_fields(fn);
+
 	static const char *const argnames[] = {"target", "expected_version", "version_column"};
+	const int args[] = {0, expected_arg, version_column_arg};
 	for (int i = 0; i < 3; i++)
-		if (PG_ARGISNULL(i))
+		if (PG_ARGISNULL(args[i]))
 			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 			        errmsg("%s: %s must not be null", fn, argnames[i]));
-
-	int next_arg = 3;
-	idem::JsonFields key = idem::typed_fields(fn, fcinfo, &next_arg);
-	idem::JsonFields changes = idem::typed_fields(fn, fcinfo, &next_arg);
-	if (next_arg != PG_NARGS())
-		idem::malformed_fields(fn);
-	return versioned_update(fcinfo, PG_GETARG_OID(0), key, PG_GETARG_INT64(1), changes,
-	                        NameStr(*PG_GETARG_NAME(2)));
+	return versioned_update(fcinfo, PG_GETARG_OID(0), key, PG_GETARG_INT64(expected_arg), changes,
+	                        NameStr(*PG_GETARG_NAME(version_column_arg)));
 }
 
 // The planner support function of idem_versioned_update: rewrites a call
@@ -434,15 +440,17 @@ IDEM_SQL_FUNCTION(idem_versioned_update_support)
 		PG_RETURN_POINTER(NULL);
 	List *key = idem::built_object_arguments(static_cast<Node *>(lsecond(call->args)));
 	List *changes = idem::built_object_arguments(static_cast<Node *>(lfourth(call->args)));
-	static const Oid argtypes[] = {REGCLASSOID, INT8OID, NAMEOID, ANYOID};
+	static const Oid argtypes[] = {ANYOID};
 	Oid fields_fn =
 	    key == NIL || changes == NIL
 	        ? InvalidOid
-	        : idem::rewrite_function(simplify, "idem_versioned_update_fields", 4, argtypes);
+	        : idem::rewrite_function(simplify, "idem_versioned_update_fields", 1, argtypes);
 	if (!OidIsValid(fields_fn))
 		PG_RETURN_POINTER(NULL);
-	List *args = list_make3(linitial(call->args), lthird(call->args), list_nth(call->args, 4));
-	args = list_concat(list_concat(args, key), changes);
+	List *args = lcons(linitial(call->args), key);
+	args = lappend(args, lthird(call->args));
+	args = list_concat(args, changes);
+	args = lappend(args, list_nth(call->args, 4));
 	FuncExpr *rewritten =
 	    makeFuncExpr(fields_fn, BOOLOID, args, InvalidOid, call->inputcollid, COERCE_EXPLICIT_CALL);
 	rewritten->location = call->location;

@@ -277,4 +277,29 @@ SELECT idem_try_insert_row_fields('typed_log'::regclass, 1, 'id'::text, 1.5);
 SELECT idem_try_insert_row_fields('typed_log'::regclass, 1, 'id'::text, 9, 'extra'::text);
 SELECT idem_try_insert_row_fields('typed_log', 1, 'id'::text, 9);
 SELECT idem_try_insert_row_fields('typed_log'::regclass, 1, 'id'::text, 9) AS inserted;
+-- Revoking EXECUTE on idem_try_insert_row denies its rewritten calls, from
+-- a plan made before, and its sibling called by hand. (Rolled back, so
+-- that the function's privileges are left as installed.)
+CREATE ROLE regress_idem_row_caller;
+GRANT INSERT, SELECT ON typed_log TO regress_idem_row_caller;
+SET plan_cache_mode = force_generic_plan;
+SET ROLE regress_idem_row_caller;
+PREPARE log_id(bigint) AS SELECT idem_try_insert_row('typed_log', jsonb_build_object('id', $1));
+EXECUTE log_id(20);
+RESET ROLE;
+BEGIN;
+REVOKE EXECUTE ON FUNCTION idem_try_insert_row(regclass, jsonb) FROM PUBLIC;
+SET LOCAL ROLE regress_idem_row_caller;
+SAVEPOINT denied;
+EXECUTE log_id(21);
+ROLLBACK TO denied;
+SELECT idem_try_insert_row_fields('typed_log'::regclass, 1, 'id'::text, 21);
+ROLLBACK;
+SET ROLE regress_idem_row_caller;
+EXECUTE log_id(21);
+RESET ROLE;
+RESET plan_cache_mode;
+DEALLOCATE log_id;
+REVOKE ALL ON typed_log FROM regress_idem_row_caller;
+DROP ROLE regress_idem_row_caller;
 DROP TABLE typed_log;

@@ -334,6 +334,9 @@ EXECUTE set_label_again(1, 5, 'denied');
 ROLLBACK TO denied;
 SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 5,
                              jsonb_build_object('label', 'denied'::text));
+ROLLBACK TO denied;
+SELECT idem_versioned_update_fields('typed'::regclass, 1, 'id'::text, 1, 5::bigint, 1,
+                                    'label'::text, 'by hand'::text, 'version'::name);
 ROLLBACK;
 SET ROLE regress_idem_typed;
 EXECUTE set_label_again(1, 5, 'granted again');

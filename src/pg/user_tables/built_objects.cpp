@@ -125,6 +125,22 @@ Oid rewrite_function(SupportRequestSimplify *request, const char *name, int narg
 	return rewritten;
 }
 
+void check_original_execute(OriginalFunction *original, FunctionCallInfo fcinfo, const char *name,
+                            int nargs, const Oid *argtypes)
+{
+	Oid self = fcinfo->flinfo->fn_oid;
+	if (original->sibling != self) {
+		char *schema = get_namespace_name(get_func_namespace(self));
+		List *qualified = list_make2(makeString(schema), makeString(pstrdup(name)));
+		original->oid = LookupFuncName(qualified, nargs, argtypes, false);
+		original->sibling = self;
+	}
+	AclResult result =
+	    object_aclcheck(ProcedureRelationId, original->oid, GetUserId(), ACL_EXECUTE);
+	if (result != ACLCHECK_OK)
+		aclcheck_error(result, OBJECT_FUNCTION, get_func_name(original->oid));
+}
+
 bool argument_is(FunctionCallInfo fcinfo, int arg, Oid type)
 {
 	return !get_fn_expr_variadic(fcinfo->flinfo) && arg < PG_NARGS() &&

@@ -45,12 +45,26 @@ List *built_object_arguments(Node *arg);
 // and with the argument types given, that the call may be rewritten into;
 // or InvalidOid, to leave it as written: outside a plan, for a caller who
 // may not execute the function called (the executor then says so), or in
-// an extension not yet updated to have `name`. Like PostgreSQL's inlining
-// of SQL functions, which this is close to, the caller's EXECUTE privilege
-// is checked when planning, and the plan depends on the function called,
-// so that a GRANT or REVOKE on it plans the call again.
+// an extension not yet updated to have `name`. The plan depends on the
+// function called, so that a GRANT or REVOKE on it plans the call again;
+// the sibling checks the privilege on every call too
+// (check_original_execute).
 Oid rewrite_function(SupportRequestSimplify *request, const char *name, int nargs,
                      const Oid *argtypes);
+
+// The function a _fields sibling stands for, found once per backend (and
+// again if the sibling is another, after the extension was created anew).
+struct OriginalFunction {
+	Oid sibling;
+	Oid oid;
+};
+
+// Raises the error a call of the function `name` (argument types given)
+// would raise when its caller may not execute it. A sibling checks it on
+// every call, so that a REVOKE on the function holds for plans made before
+// it, for another role running them, and for the sibling called by hand.
+void check_original_execute(OriginalFunction *original, FunctionCallInfo fcinfo, const char *name,
+                            int nargs, const Oid *argtypes);
 
 // Is argument `arg` of a rewritten call there, and of type `type`?
 bool argument_is(FunctionCallInfo fcinfo, int arg, Oid type);

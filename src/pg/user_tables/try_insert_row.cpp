@@ -119,6 +119,9 @@ IDEM_SQL_FUNCTION(idem_try_insert_row)
 IDEM_SQL_FUNCTION(idem_try_insert_row_fields)
 {
 	static const char fn[] = "idem_try_insert_row";
+	static idem::OriginalFunction original = {InvalidOid, InvalidOid};
+	static const Oid original_argtypes[] = {REGCLASSOID, JSONBOID};
+	idem::check_original_execute(&original, fcinfo, fn, 2, original_argtypes);
 	int next_arg = 1;
 	idem::JsonFields row = idem::typed_fields(fn, fcinfo, &next_arg);
 	if (!idem::argument_is(fcinfo, 0, REGCLASSOID) || next_arg != PG_NARGS())

@@ -406,6 +406,9 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 IDEM_SQL_FUNCTION(idem_versioned_update_fields)
 {
 	static const char fn[] = "idem_versioned_update";
+	static idem::OriginalFunction original = {InvalidOid, InvalidOid};
+	static const Oid original_argtypes[] = {REGCLASSOID, JSONBOID, INT8OID, JSONBOID, NAMEOID};
+	idem::check_original_execute(&original, fcinfo, fn, 5, original_argtypes);
 	int next_arg = 1;
 	idem::JsonFields key = idem::typed_fields(fn, fcinfo, &next_arg);
 	int expected_arg = next_arg++;

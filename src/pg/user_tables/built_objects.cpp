@@ -158,9 +158,19 @@ JsonFields typed_fields(const char *fn, FunctionCallInfo fcinfo, int *next_arg)
 	if (count < 0 || count > (nargs - first - 1) / 2)
 		malformed_fields(fn);
 
+	// One allocation for the arrays below: this runs on every call.
+	size_t n = size_t(count) + 1;
+	char *block =
+	    static_cast<char *>(palloc(n * (sizeof(BuiltField) + sizeof(char *) + sizeof(Datum) +
+	                                    sizeof(Oid) + sizeof(int) + sizeof(bool))));
+	BuiltField *sorted = reinterpret_cast<BuiltField *>(block);
+	const char **names = reinterpret_cast<const char **>(sorted + n);
+	Datum *datums = reinterpret_cast<Datum *>(names + n);
+	Oid *types = reinterpret_cast<Oid *>(datums + n);
+	int *arg_of = reinterpret_cast<int *>(types + n);
+	bool *nulls = reinterpret_cast<bool *>(arg_of + n);
+
 	// In jsonb's key order, as json_object_fields lists them.
-	BuiltField *sorted = static_cast<BuiltField *>(palloc(sizeof(BuiltField) * (count + 1)));
-	int *arg_of = static_cast<int *>(palloc(sizeof(int) * (count + 1)));
 	for (int i = 0; i < count; i++) {
 		int name_arg = first + 1 + i;
 		if (PG_ARGISNULL(name_arg) || get_fn_expr_argtype(flinfo, name_arg) != TEXTOID)
@@ -184,13 +194,10 @@ JsonFields typed_fields(const char *fn, FunctionCallInfo fcinfo, int *next_arg)
 
 	JsonFields fields;
 	fields.count = count;
-	fields.names = static_cast<const char **>(palloc(sizeof(char *) * (count + 1)));
+	fields.names = names;
 	fields.values = NULL;
-	Datum *datums = static_cast<Datum *>(palloc(sizeof(Datum) * (count + 1)));
-	bool *nulls = static_cast<bool *>(palloc(sizeof(bool) * (count + 1)));
-	Oid *types = static_cast<Oid *>(palloc(sizeof(Oid) * (count + 1)));
 	for (int i = 0; i < count; i++) {
-		fields.names[i] = sorted[i].name;
+		names[i] = sorted[i].name;
 		types[i] = get_fn_expr_argtype(flinfo, arg_of[i]);
 		if (!typed_field_type(types[i]))
 			malformed_fields(fn);

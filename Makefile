@@ -45,8 +45,10 @@ OBJS = $(CORE_OBJS) \
 	src/pg/cache/duplicate_cache_epochs.o \
 	src/pg/stats/stats.o \
 	src/pg/user_tables/user_table.o \
+	src/pg/user_tables/built_objects.o \
 	src/pg/user_tables/try_insert_row.o \
 	src/pg/user_tables/versioned_update.o \
+	src/pg/user_tables/version_probe.o \
 	src/pg/messages/message_keys.o \
 	src/pg/messages/stream_positions.o
 

@@ -437,3 +437,38 @@ BEGIN
 END
 $$;
 REVOKE ALL ON FUNCTION @extschema@.idem_distribute(regclass) FROM PUBLIC;
+
+-- idem_versioned_update(t, jsonb_build_object(...), v, jsonb_build_object(...))
+-- without building the two objects: its planner support function rewrites
+-- such a call, when nothing can tell the difference, into one of
+-- idem_versioned_update_fields with the keys and values as arguments
+-- (src/pg/user_tables/built_objects.hpp), its arguments in the order
+-- written. Not for calling by hand.
+CREATE FUNCTION @extschema@.idem_versioned_update_fields(VARIADIC arguments "any")
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_versioned_update_fields'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_versioned_update_support(internal)
+RETURNS internal
+AS 'MODULE_PATHNAME', 'idem_versioned_update_support'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+REVOKE ALL ON FUNCTION @extschema@.idem_versioned_update_support(internal) FROM PUBLIC;
+
+ALTER FUNCTION @extschema@.idem_versioned_update(regclass, jsonb, bigint, jsonb, name)
+    SUPPORT @extschema@.idem_versioned_update_support;
+
+-- The same for idem_try_insert_row(t, jsonb_build_object(...)).
+CREATE FUNCTION @extschema@.idem_try_insert_row_fields(VARIADIC arguments "any")
+RETURNS boolean
+AS 'MODULE_PATHNAME', 'idem_try_insert_row_fields'
+LANGUAGE C VOLATILE PARALLEL UNSAFE;
+
+CREATE FUNCTION @extschema@.idem_try_insert_row_support(internal)
+RETURNS internal
+AS 'MODULE_PATHNAME', 'idem_try_insert_row_support'
+LANGUAGE C IMMUTABLE STRICT PARALLEL SAFE;
+REVOKE ALL ON FUNCTION @extschema@.idem_try_insert_row_support(internal) FROM PUBLIC;
+
+ALTER FUNCTION @extschema@.idem_try_insert_row(regclass, jsonb)
+    SUPPORT @extschema@.idem_try_insert_row_support;

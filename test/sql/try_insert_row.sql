@@ -231,3 +231,75 @@ DROP TABLE "Odd Table", tenant_log, audit, emails, points_log, users CASCADE;
 DROP FUNCTION audit_insert();
 DROP SEQUENCE some_seq;
 DROP ROLE regress_idem_writer;
+
+-- Rows given as jsonb_build_object calls are planned as calls of
+-- idem_try_insert_row_fields, which takes the fields as arguments and
+-- converts each value as its JSON would have been: same rows, same errors.
+CREATE TABLE typed_log (id bigint PRIMARY KEY, n smallint, label varchar(3), doc json,
+                        note text NOT NULL DEFAULT 'none');
+EXPLAIN (VERBOSE, COSTS OFF)
+SELECT idem_try_insert_row('typed_log', jsonb_build_object('id', 1, 'label', 'x'::text));
+EXPLAIN (VERBOSE, COSTS OFF)
+SELECT idem_try_insert_row('typed_log', jsonb_build_object('id', 1, 'n', 2.0));
+SELECT idem_try_insert_row('typed_log', jsonb_build_object('id', 1, 'n', 7::bigint,
+                                                           'label', 12, 'doc', 'a"b'::text));
+SELECT idem_try_insert_row('typed_log', '{"id": 2, "n": 7, "label": 12, "doc": "a\"b"}');
+SELECT idem_try_insert_row('typed_log', jsonb_build_object('id', 1::smallint, 'n', 8));
+SELECT * FROM typed_log ORDER BY id;
+SELECT idem_try_insert_row('typed_log', jsonb_build_object('id', 3, 'n', 40000));
+SELECT idem_try_insert_row('typed_log', '{"id": 3, "n": 40000}');
+SELECT idem_try_insert_row('typed_log', jsonb_build_object('id', 3, 'note', NULL::text));
+SELECT idem_try_insert_row('typed_log', '{"id": 3, "note": null}');
+SELECT idem_try_insert_row('typed_log', jsonb_build_object('id', 3, 'nothing', 1));
+-- A prepared call keeps up with the table.
+PREPARE log_row(bigint, text) AS
+SELECT idem_try_insert_row('typed_log', jsonb_build_object('id', $1, 'label', $2));
+EXECUTE log_row(4, 'ab');
+ALTER TABLE typed_log ALTER COLUMN label TYPE varchar(2);
+EXECUTE log_row(5, 'abc');
+EXECUTE log_row(5, 'ab');
+ALTER TABLE typed_log DROP COLUMN label;
+EXECUTE log_row(6, 'ab');
+SELECT id FROM typed_log ORDER BY id;
+DEALLOCATE log_row;
+-- The values are evaluated in the order written, as jsonb_build_object
+-- evaluates them (not in the order of the keys).
+CREATE SEQUENCE typed_log_seq START 10;
+EXPLAIN (VERBOSE, COSTS OFF)
+SELECT idem_try_insert_row('typed_log', jsonb_build_object('note', nextval('typed_log_seq')::text,
+                                                           'id', nextval('typed_log_seq')));
+SELECT idem_try_insert_row('typed_log', jsonb_build_object('note', nextval('typed_log_seq')::text,
+                                                           'id', nextval('typed_log_seq')));
+SELECT id, note FROM typed_log WHERE id >= 10;
+DROP SEQUENCE typed_log_seq;
+-- Called by hand with arguments no rewrite writes.
+SELECT idem_try_insert_row_fields('typed_log'::regclass, 1, 'id'::text, 1.5);
+SELECT idem_try_insert_row_fields('typed_log'::regclass, 1, 'id'::text, 9, 'extra'::text);
+SELECT idem_try_insert_row_fields('typed_log', 1, 'id'::text, 9);
+SELECT idem_try_insert_row_fields('typed_log'::regclass, 1, 'id'::text, 9) AS inserted;
+-- Revoking EXECUTE on idem_try_insert_row denies its rewritten calls, from
+-- a plan made before, and its sibling called by hand. (Rolled back, so
+-- that the function's privileges are left as installed.)
+CREATE ROLE regress_idem_row_caller;
+GRANT INSERT, SELECT ON typed_log TO regress_idem_row_caller;
+SET plan_cache_mode = force_generic_plan;
+SET ROLE regress_idem_row_caller;
+PREPARE log_id(bigint) AS SELECT idem_try_insert_row('typed_log', jsonb_build_object('id', $1));
+EXECUTE log_id(20);
+RESET ROLE;
+BEGIN;
+REVOKE EXECUTE ON FUNCTION idem_try_insert_row(regclass, jsonb) FROM PUBLIC;
+SET LOCAL ROLE regress_idem_row_caller;
+SAVEPOINT denied;
+EXECUTE log_id(21);
+ROLLBACK TO denied;
+SELECT idem_try_insert_row_fields('typed_log'::regclass, 1, 'id'::text, 21);
+ROLLBACK;
+SET ROLE regress_idem_row_caller;
+EXECUTE log_id(21);
+RESET ROLE;
+RESET plan_cache_mode;
+DEALLOCATE log_id;
+REVOKE ALL ON typed_log FROM regress_idem_row_caller;
+DROP ROLE regress_idem_row_caller;
+DROP TABLE typed_log;

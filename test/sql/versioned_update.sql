@@ -238,3 +238,147 @@ DROP SCHEMA evil CASCADE;
 DROP VIEW accounts_view;
 DROP TABLE accounts, docs;
 DROP ROLE regress_idem_updater;
+
+-- Calls with jsonb_build_object keys and changes are planned as calls of
+-- idem_versioned_update_fields, which takes the fields as arguments and
+-- converts each value as its JSON would have been: same rows, same errors.
+CREATE DOMAIN positive AS int NOT NULL CHECK (VALUE > 0);
+CREATE TABLE typed (id int PRIMARY KEY, code text UNIQUE, small smallint, big bigint,
+                    amount numeric(6, 2), label text, short varchar(3), doc jsonb,
+                    pos positive DEFAULT 1, version int NOT NULL DEFAULT 0);
+INSERT INTO typed (id, code) VALUES (1, 'a'), (2, 'b');
+EXPLAIN (VERBOSE, COSTS OFF)
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 0,
+                             jsonb_build_object('label', 'x'::text, 'big', 5::bigint));
+-- Left as written: a key given twice, a key that is not a constant, a value
+-- of another type, no fields, a literal object.
+EXPLAIN (VERBOSE, COSTS OFF)
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1, 'id', 2), 0,
+                             jsonb_build_object('big', 1)),
+       idem_versioned_update('typed', jsonb_build_object(lower('ID'), 1), 0,
+                             jsonb_build_object('big', 1)),
+       idem_versioned_update('typed', jsonb_build_object('id', 1), 0,
+                             jsonb_build_object('amount', 1.5)),
+       idem_versioned_update('typed', jsonb_build_object('id', 1), 0, jsonb_build_object()),
+       idem_versioned_update('typed', '{"id": 1}', 0, jsonb_build_object('big', 1));
+-- Each value to each column, both ways.
+SELECT idem_versioned_update('typed', jsonb_build_object('code', 'a'::text), 0,
+                             jsonb_build_object('small', 7, 'big', 8::smallint, 'amount', 9::bigint,
+                                                'label', 10, 'short', 'abc'::text,
+                                                'doc', 'text'::text, 'pos', '11'::text)) AS applied;
+SELECT idem_versioned_update('typed', '{"code": "b"}', 0,
+                             '{"small": 7, "big": 8, "amount": 9, "label": 10, "short": "abc",
+                               "doc": "text", "pos": "11"}') AS applied;
+SELECT id, small, big, amount, label, short, doc, pos, version FROM typed ORDER BY id;
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 1,
+                             jsonb_build_object('small', 70000));
+SELECT idem_versioned_update('typed', '{"id": 1}', 1, '{"small": 70000}');
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 1,
+                             jsonb_build_object('short', 'abcd'::text));
+SELECT idem_versioned_update('typed', '{"id": 1}', 1, '{"short": "abcd"}');
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 1,
+                             jsonb_build_object('pos', NULL::int));
+SELECT idem_versioned_update('typed', '{"id": 1}', 1, '{"pos": null}');
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 1,
+                             jsonb_build_object('pos', 0));
+SELECT idem_versioned_update('typed', '{"id": 1}', 1, '{"pos": 0}');
+SELECT idem_versioned_update('typed', jsonb_build_object('id', '1x'::text), 1,
+                             jsonb_build_object('big', 1));
+SELECT idem_versioned_update('typed', '{"id": "1x"}', 1, '{"big": 1}');
+SELECT idem_versioned_update('typed', jsonb_build_object('id', NULL::int), 1,
+                             jsonb_build_object('big', 1));
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 1,
+                             jsonb_build_object('nothing', 1));
+-- A prepared call keeps up with the table: a column changing type, being
+-- dropped, and the caller losing its privilege.
+PREPARE set_big(int, int, bigint) AS
+SELECT idem_versioned_update('typed', jsonb_build_object('id', $1), $2,
+                             jsonb_build_object('big', $3));
+EXECUTE set_big(1, 1, 100);
+ALTER TABLE typed ALTER COLUMN big TYPE int;
+EXECUTE set_big(1, 2, 3000000000);
+EXECUTE set_big(1, 2, 200);
+SELECT big, version FROM typed WHERE id = 1;
+CREATE ROLE regress_idem_typed;
+GRANT SELECT, UPDATE ON typed TO regress_idem_typed;
+SET ROLE regress_idem_typed;
+PREPARE set_label(int, int, text) AS
+SELECT idem_versioned_update('typed', jsonb_build_object('id', $1), $2,
+                             jsonb_build_object('label', $3));
+EXECUTE set_label(1, 3, 'granted');
+RESET ROLE;
+REVOKE UPDATE ON typed FROM regress_idem_typed;
+SET ROLE regress_idem_typed;
+EXECUTE set_label(1, 4, 'revoked');
+RESET ROLE;
+ALTER TABLE typed DROP COLUMN big;
+EXECUTE set_big(1, 4, 300);
+SELECT label, version FROM typed WHERE id = 1;
+-- A caller who may not execute idem_versioned_update gets no rewrite: the
+-- call fails as written, also from a plan made before the REVOKE.
+SET plan_cache_mode = force_generic_plan;
+GRANT UPDATE ON typed TO regress_idem_typed;
+SET ROLE regress_idem_typed;
+PREPARE set_label_again(int, int, text) AS
+SELECT idem_versioned_update('typed', jsonb_build_object('id', $1), $2,
+                             jsonb_build_object('label', $3));
+EXECUTE set_label_again(1, 4, 'again');
+RESET ROLE;
+-- (Rolled back, so that the function's privileges are left as installed.)
+BEGIN;
+REVOKE EXECUTE ON FUNCTION idem_versioned_update(regclass, jsonb, bigint, jsonb, name)
+    FROM PUBLIC;
+SET LOCAL ROLE regress_idem_typed;
+SAVEPOINT denied;
+EXECUTE set_label_again(1, 5, 'denied');
+ROLLBACK TO denied;
+SELECT idem_versioned_update('typed', jsonb_build_object('id', 1), 5,
+                             jsonb_build_object('label', 'denied'::text));
+ROLLBACK TO denied;
+SELECT idem_versioned_update_fields('typed'::regclass, 1, 'id'::text, 1, 5::bigint, 1,
+                                    'label'::text, 'by hand'::text, 'version'::name);
+ROLLBACK;
+SET ROLE regress_idem_typed;
+EXECUTE set_label_again(1, 5, 'granted again');
+RESET ROLE;
+RESET plan_cache_mode;
+DEALLOCATE set_label_again;
+SELECT label, version FROM typed WHERE id = 1;
+-- A miss reads the row's version through the unique index where that reads
+-- what the SQL read would, and with SQL otherwise: a key wider than the
+-- index, a caller with SELECT on some columns only, row-level security.
+CREATE TABLE probed (id int PRIMARY KEY, region text NOT NULL, secret text,
+                     version int NOT NULL DEFAULT 0);
+INSERT INTO probed VALUES (1, 'eu', 's', 3);
+SELECT idem_versioned_update('probed', '{"id": 1}', 2, '{}') AS replay;
+SELECT idem_versioned_update('probed', '{"id": 1, "region": "eu"}', 2, '{}') AS wider_key_replay;
+SELECT idem_versioned_update('probed', '{"id": 1, "region": "us"}', 2, '{}') AS wider_key_no_row;
+GRANT SELECT (id, version), UPDATE (version) ON probed TO regress_idem_typed;
+SET ROLE regress_idem_typed;
+SELECT idem_versioned_update('probed', '{"id": 1}', 2, '{}') AS replay_by_columns;
+SELECT idem_versioned_update('probed', '{"id": 1}', 3, '{}') AS applied_by_columns;
+RESET ROLE;
+GRANT SELECT, UPDATE ON probed TO regress_idem_typed;
+ALTER TABLE probed ENABLE ROW LEVEL SECURITY;
+CREATE POLICY us_only ON probed USING (region = 'us');
+SET ROLE regress_idem_typed;
+SELECT idem_versioned_update('probed', '{"id": 1}', 2, '{}') AS hidden_by_policy;
+RESET ROLE;
+SELECT * FROM probed;
+DROP TABLE probed;
+-- Called by hand with arguments no rewrite writes.
+SELECT idem_versioned_update_fields('typed'::regclass, 1, 'id'::text, 1);
+SELECT idem_versioned_update_fields('typed'::regclass, 1, 'id'::text, 2.5, 6::bigint, 0,
+                                    'version'::name);
+SELECT idem_versioned_update_fields('typed'::regclass, 1, 'id'::text, 1, 6::bigint, 2,
+                                    'label'::text, 'label'::text, 'a'::text, 'b'::text,
+                                    'version'::name);
+SELECT idem_versioned_update_fields('typed', 1, 'id'::text, 1, 6::bigint, 0, 'version'::name);
+SELECT idem_versioned_update_fields(VARIADIC ARRAY[1, 2]);
+SELECT idem_versioned_update_fields('typed'::regclass, 1, 'id'::text, 1, 6::bigint, 1,
+                                    'label'::text, 'by hand'::text, 'version'::name) AS applied;
+DEALLOCATE set_big;
+DEALLOCATE set_label;
+DROP TABLE typed;
+DROP DOMAIN positive;
+DROP ROLE regress_idem_typed;

@@ -11,13 +11,17 @@ extern "C" {
 
 #include "access/table.h"
 #include "executor/spi.h"
+#include "catalog/pg_type_d.h"
 #include "lib/stringinfo.h"
+#include "nodes/makefuncs.h"
+#include "nodes/supportnodes.h"
 #include "utils/builtins.h"
 #include "utils/rel.h"
 }
 
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
+#include "pg/user_tables/built_objects.hpp"
 #include "pg/user_tables/user_table.hpp"
 
 namespace
@@ -61,20 +65,10 @@ void build_insert(const char *fn, idem::Statement *st, Oid relid, const idem::Js
 	idem::statement_prepare(st, sql.data, row.count, types);
 }
 
-} // namespace
-
-IDEM_SQL_FUNCTION(idem_try_insert_row)
+// The insert itself, whichever way the row was given.
+Datum try_insert_row(Oid relid, const idem::JsonFields &row)
 {
 	static const char fn[] = "idem_try_insert_row";
-	if (PG_ARGISNULL(0))
-		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-		        errmsg("%s: target must not be null", fn));
-	if (PG_ARGISNULL(1))
-		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-		        errmsg("%s: row must not be null", fn));
-	Oid relid = PG_GETARG_OID(0);
-	idem::JsonFields row = idem::json_object_fields(fn, "row", PG_GETARG_JSONB_P(1));
-
 	idem::lock_target_table(fn, relid);
 
 	if (SPI_connect() != SPI_OK_CONNECT)
@@ -92,7 +86,7 @@ IDEM_SQL_FUNCTION(idem_try_insert_row)
 	char *nulls = static_cast<char *>(palloc(row.count + 1));
 	for (int i = 0; i < info->ncolumns; i++) {
 		bool isnull;
-		values[i] = idem::json_to_column(fn, relid, &info->columns[i], &row.values[i], &isnull);
+		values[i] = idem::field_to_column(fn, relid, &info->columns[i], row, i, &isnull);
 		nulls[i] = isnull ? 'n' : ' ';
 	}
 
@@ -101,5 +95,64 @@ IDEM_SQL_FUNCTION(idem_try_insert_row)
 		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
 	bool inserted = SPI_processed > 0;
 	SPI_finish();
-	PG_RETURN_BOOL(inserted);
+	return BoolGetDatum(inserted);
+}
+
+} // namespace
+
+IDEM_SQL_FUNCTION(idem_try_insert_row)
+{
+	static const char fn[] = "idem_try_insert_row";
+	if (PG_ARGISNULL(0))
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+		        errmsg("%s: target must not be null", fn));
+	if (PG_ARGISNULL(1))
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+		        errmsg("%s: row must not be null", fn));
+	return try_insert_row(PG_GETARG_OID(0),
+	                      idem::json_object_fields(fn, "row", PG_GETARG_JSONB_P(1)));
+}
+
+// idem_try_insert_row_fields(VARIADIC "any"): what the support function
+// below makes of a call whose row is a jsonb_build_object call
+// (built_objects.hpp): the target, then the row's fields.
+IDEM_SQL_FUNCTION(idem_try_insert_row_fields)
+{
+	static const char fn[] = "idem_try_insert_row";
+	static idem::OriginalFunction original = {InvalidOid, InvalidOid};
+	static const Oid original_argtypes[] = {REGCLASSOID, JSONBOID};
+	idem::check_original_execute(&original, fcinfo, fn, 2, original_argtypes);
+	int next_arg = 1;
+	idem::JsonFields row = idem::typed_fields(fn, fcinfo, &next_arg);
+	if (!idem::argument_is(fcinfo, 0, REGCLASSOID) || next_arg != PG_NARGS())
+		idem::malformed_fields(fn);
+	if (PG_ARGISNULL(0))
+		ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+		        errmsg("%s: target must not be null", fn));
+	return try_insert_row(PG_GETARG_OID(0), row);
+}
+
+// The planner support function of idem_try_insert_row: rewrites a call
+// whose row is a jsonb_build_object call that can be rewritten into one of
+// idem_try_insert_row_fields.
+IDEM_SQL_FUNCTION(idem_try_insert_row_support)
+{
+	Node *request = reinterpret_cast<Node *>(PG_GETARG_POINTER(0));
+	if (!IsA(request, SupportRequestSimplify))
+		PG_RETURN_POINTER(NULL);
+	SupportRequestSimplify *simplify = reinterpret_cast<SupportRequestSimplify *>(request);
+	FuncExpr *call = simplify->fcall;
+	if (list_length(call->args) != 2)
+		PG_RETURN_POINTER(NULL);
+	List *row = idem::built_object_arguments(static_cast<Node *>(lsecond(call->args)));
+	static const Oid argtypes[] = {ANYOID};
+	Oid fields_fn =
+	    row == NIL ? InvalidOid
+	               : idem::rewrite_function(simplify, "idem_try_insert_row_fields", 1, argtypes);
+	if (!OidIsValid(fields_fn))
+		PG_RETURN_POINTER(NULL);
+	FuncExpr *rewritten = makeFuncExpr(fields_fn, BOOLOID, lcons(linitial(call->args), row),
+	                                   InvalidOid, call->inputcollid, COERCE_EXPLICIT_CALL);
+	rewritten->location = call->location;
+	PG_RETURN_POINTER(rewritten);
 }

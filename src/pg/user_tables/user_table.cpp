@@ -5,6 +5,7 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/htup_details.h"
+#include "catalog/pg_class.h"
 #include "catalog/pg_namespace_d.h"
 #include "catalog/pg_type_d.h"
 #include "lib/stringinfo.h"
@@ -15,6 +16,7 @@ extern "C" {
 #include "utils/lsyscache.h"
 #include "utils/numeric.h"
 #include "utils/rel.h"
+#include "utils/syscache.h"
 }
 
 #include "pg/compat.hpp"
@@ -28,15 +30,20 @@ namespace idem
 void lock_target_table(const char *fn, Oid relid)
 {
 	LockRelationOid(relid, RowExclusiveLock);
-	char relkind = get_rel_relkind(relid);
-	if (relkind == '\0')
+	// One catalog lookup for the kind and the schema: this runs on every
+	// call.
+	HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
+	if (!HeapTupleIsValid(tuple))
 		ereport(ERROR, errcode(ERRCODE_UNDEFINED_TABLE),
 		        errmsg("%s: relation with OID %u does not exist", fn, relid));
+	Form_pg_class form = reinterpret_cast<Form_pg_class>(GETSTRUCT(tuple));
+	char relkind = form->relkind;
+	Oid schema = form->relnamespace;
+	ReleaseSysCache(tuple);
 	if (relkind != RELKIND_RELATION && relkind != RELKIND_PARTITIONED_TABLE)
 		ereport(ERROR, errcode(ERRCODE_WRONG_OBJECT_TYPE),
 		        errmsg("%s: \"%s\" is not a table", fn, get_rel_name(relid)),
 		        errdetail("Only ordinary and partitioned tables can be targets."));
-	Oid schema = get_rel_namespace(relid);
 	if (object_aclcheck(NamespaceRelationId, schema, GetUserId(), ACL_USAGE) != ACLCHECK_OK)
 		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_SCHEMA, get_namespace_name(schema));
 }
@@ -66,6 +73,9 @@ JsonFields json_object_fields(const char *fn, const char *argname, Jsonb *json)
 			fields.count++;
 		}
 	}
+	fields.datums = NULL;
+	fields.nulls = NULL;
+	fields.types = NULL;
 	return fields;
 }
 
@@ -161,17 +171,47 @@ Datum json_to_column(const char *fn, Oid relid, const TargetColumn *col, const J
 	return result;
 }
 
+Datum field_to_column(const char *fn, Oid relid, const TargetColumn *col, const JsonFields &fields,
+                      int i, bool *isnull)
+{
+	if (fields.datums == NULL)
+		return json_to_column(fn, relid, col, &fields.values[i], isnull);
+	JsonbValue value;
+	if (fields.nulls[i]) {
+		value.type = jbvNull;
+	} else if (fields.types[i] == col->type) {
+		*isnull = false;
+		return fields.datums[i];
+	} else if (fields.types[i] == TEXTOID) {
+		text *string = DatumGetTextPP(fields.datums[i]);
+		value.type = jbvString;
+		value.val.string.val = VARDATA_ANY(string);
+		value.val.string.len = int(VARSIZE_ANY_EXHDR(string));
+	} else {
+		// An integer: jsonb_build_object makes the numeric of its decimal
+		// text, which is this one (scale 0).
+		int64 n = fields.types[i] == INT2OID   ? DatumGetInt16(fields.datums[i])
+		          : fields.types[i] == INT4OID ? DatumGetInt32(fields.datums[i])
+		                                       : DatumGetInt64(fields.datums[i]);
+		value.type = jbvNumeric;
+		value.val.numeric = int64_to_numeric(n);
+	}
+	return json_to_column(fn, relid, col, &value, isnull);
+}
+
 void append_signature(StringInfo sig, const char *tag, Oid relid, const JsonFields &fields)
 {
-	// The count makes the signature decode one way only: without it, a
-	// column named like the next tag could move from one list to the other
-	// and leave the signature unchanged.
-	appendStringInfo(sig, "%s:%u:%d", tag, relid, fields.count);
-	for (int i = 0; i < fields.count; i++) {
-		appendStringInfoChar(sig, '\0');
-		appendStringInfoString(sig, fields.names[i]);
-	}
-	appendStringInfoChar(sig, '\0');
+	// Binary, not printf: this runs on every call, and formatting was most
+	// of what building the signature cost. The tag ends at its NUL, the
+	// relation and the count have fixed sizes, and the count makes the
+	// signature decode one way only: without it, a column named like the
+	// next tag could move from one list to the other and leave the
+	// signature unchanged.
+	appendBinaryStringInfo(sig, tag, int(strlen(tag)) + 1);
+	appendBinaryStringInfo(sig, reinterpret_cast<const char *>(&relid), sizeof relid);
+	appendBinaryStringInfo(sig, reinterpret_cast<const char *>(&fields.count), sizeof fields.count);
+	for (int i = 0; i < fields.count; i++)
+		appendBinaryStringInfo(sig, fields.names[i], int(strlen(fields.names[i])) + 1);
 }
 
 char *qualified_table_name(Relation rel)

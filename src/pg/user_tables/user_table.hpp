@@ -25,11 +25,17 @@ struct TargetColumn {
 };
 
 // The names and values of a JSON object, in jsonb's key order (which is
-// deterministic, so the same set of keys always lists the same way).
+// deterministic, so the same set of keys always lists the same way). Or
+// the fields of an object that was never built (built_objects.hpp): then
+// `values` is NULL and the values are SQL values of the types listed
+// there, converted as their JSON would have been.
 struct JsonFields {
 	int count;
 	const char **names;
 	JsonbValue *values;
+	const Datum *datums; // the values never built, or NULL
+	const bool *nulls;
+	const Oid *types;
 };
 
 // Locks the target as a plain INSERT or UPDATE would (RowExclusiveLock) and
@@ -53,6 +59,13 @@ void describe_column(const char *fn, Relation rel, const char *name, TargetColum
 // so typmods and domain constraints apply. A failure names the column.
 Datum json_to_column(const char *fn, Oid relid, const TargetColumn *col, const JsonbValue *value,
                      bool *isnull);
+
+// Field `i` of `fields` in the column's type: json_to_column of its JSON
+// value, or of the JSON that jsonb_build_object would have made of it. A
+// value of the column's own type (smallint, integer, bigint or text, no
+// domain) is taken as it is: its JSON would have given it back unchanged.
+Datum field_to_column(const char *fn, Oid relid, const TargetColumn *col, const JsonFields &fields,
+                      int i, bool *isnull);
 
 // Builds a cache signature: a tag, the relation, and a list of names.
 void append_signature(StringInfo sig, const char *tag, Oid relid, const JsonFields &fields);

@@ -12,8 +12,9 @@
 // expected version at the type's limit is an error only for a row that
 // matches.
 //
-// A miss (only a miss pays for it) reads the row's version; unless that
-// shows a replay, it locks the row with SELECT ... FOR NO KEY UPDATE, which
+// A miss (only a miss pays for it) reads the row's version (through the
+// unique index, where that reads what SQL would: version_probe.hpp); unless
+// that shows a replay, it locks the row with SELECT ... FOR NO KEY UPDATE, which
 // waits for a writer in flight, and reads the version again:
 //   - no row (or the caller may not update it): NULL;
 //   - a later version: false, a replay or a stale message;
@@ -43,6 +44,8 @@ extern "C" {
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "nodes/bitmapset.h"
+#include "nodes/makefuncs.h"
+#include "nodes/supportnodes.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -52,6 +55,8 @@ extern "C" {
 
 #include "pg/guard.hpp"
 #include "pg/plan_cache.hpp"
+#include "pg/user_tables/built_objects.hpp"
+#include "pg/user_tables/version_probe.hpp"
 #include "pg/user_tables/user_table.hpp"
 
 #include <cstring>
@@ -65,7 +70,8 @@ struct UpdateInfo {
 	int nkeys;
 	idem::TargetColumn *keys;
 	const char *version_column;
-	bool only; // an ordinary table: ONLY, so that inheritance children are left out
+	bool only;                // an ordinary table: ONLY, so that inheritance children are left out
+	idem::VersionProbe probe; // the plain read of a miss, where it needs no SQL
 };
 
 // Does the index's uniqueness hold for `=` on its key column `keyno`: the
@@ -82,14 +88,15 @@ bool enforces_equality(Relation rel, Relation index, int keyno)
 	       (!OidIsValid(collation) || collation == att->attcollation);
 }
 
-// Does the set of key columns include all key columns of some unique index
-// that makes `=` on them name at most one row (valid, immediate, not
-// partial, no expressions, the columns' own equality and collation)?
-bool covers_unique_index(Relation rel, Bitmapset *key_attnums)
+// A unique index whose key columns are all among the key columns and that
+// makes `=` on them name at most one row (valid, immediate, not partial, no
+// expressions, the columns' own equality and collation); InvalidOid if
+// none.
+Oid unique_index_covering(Relation rel, Bitmapset *key_attnums)
 {
 	List *indexes = RelationGetIndexList(rel);
 	ListCell *lc;
-	bool covered = false;
+	Oid covered = InvalidOid;
 	foreach (lc, indexes) {
 		Relation index = index_open(lfirst_oid(lc), AccessShareLock);
 		Form_pg_index form = index->rd_index;
@@ -100,9 +107,10 @@ bool covers_unique_index(Relation rel, Bitmapset *key_attnums)
 			usable = bms_is_member(form->indkey.values[i], key_attnums) &&
 			         enforces_equality(rel, index, i);
 		index_close(index, AccessShareLock);
-		covered = usable;
-		if (covered)
+		if (usable) {
+			covered = lfirst_oid(lc);
 			break;
+		}
 	}
 	list_free(indexes);
 	return covered;
@@ -202,7 +210,8 @@ void build_update(const char *fn, idem::Statement *st, Oid relid, const char *ve
 		append_key_condition(fn, &sql, rel, &info->keys[i], version_param + 1 + i);
 		appendStringInfoString(&sql, " AND ");
 	}
-	if (!covers_unique_index(rel, key_attnums))
+	Oid index = unique_index_covering(rel, key_attnums);
+	if (!OidIsValid(index))
 		ereport(ERROR, errcode(ERRCODE_INVALID_COLUMN_REFERENCE),
 		        errmsg("%s: key does not cover a unique index of relation \"%s\"", fn, relname),
 		        errhint("Give every column of the primary key or of a unique index (not "
@@ -210,6 +219,8 @@ void build_update(const char *fn, idem::Statement *st, Oid relid, const char *ve
 		                "that the key names at most one row."));
 	appendStringInfo(&sql, "%s OPERATOR(pg_catalog.=) $%d", quote_identifier(version_column),
 	                 version_param);
+	idem::describe_version_probe(rel, index, info->keys, key.count, version, &info->probe,
+	                             st->context);
 	table_close(rel, NoLock);
 
 	st->info = info;
@@ -240,12 +251,29 @@ void build_version_read(const char *fn, idem::Statement *st, Oid relid, const Up
 	idem::statement_prepare(st, sql.data, update->nkeys, types);
 }
 
+[[noreturn]] void version_is_null(const char *fn, const UpdateInfo *update)
+{
+	ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+	        errmsg("%s: the version column \"%s\" of the row is null", fn, update->version_column),
+	        errdetail("A row without a version cannot take a versioned update; nothing "
+	                  "was changed."));
+	pg_unreachable();
+}
+
 // The version of the row the key names (*exists false if none), read
 // plainly or under a lock. `sig` is the update's signature, whose first
 // byte becomes the read's own.
 int64 read_version(const char *fn, StringInfo sig, Oid relid, const UpdateInfo *update,
                    Datum *key_values, char *key_nulls, bool lock, bool *exists)
 {
+	bool isnull;
+	int64 version;
+	if (!lock && idem::probe_version(update->probe, relid, key_values, exists, &version, &isnull)) {
+		if (*exists && isnull)
+			version_is_null(fn, update);
+		return version;
+	}
+
 	sig->data[0] = lock ? 'y' : 'x'; // "xersion:...", "yersion:..."
 	idem::Statement *read = idem::statement_lookup(sig->data, sig->len, relid);
 	if (!idem::statement_ready(read))
@@ -256,35 +284,19 @@ int64 read_version(const char *fn, StringInfo sig, Oid relid, const UpdateInfo *
 	*exists = SPI_processed > 0;
 	if (!*exists)
 		return 0;
-	bool isnull;
-	int64 version =
+	version =
 	    DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 	if (isnull)
-		ereport(
-		    ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-		    errmsg("%s: the version column \"%s\" of the row is null", fn, update->version_column),
-		    errdetail("A row without a version cannot take a versioned update; nothing "
-		              "was changed."));
+		version_is_null(fn, update);
 	return version;
 }
 
-} // namespace
-
-IDEM_SQL_FUNCTION(idem_versioned_update)
+// The update itself, whichever way its fields were given.
+Datum versioned_update(FunctionCallInfo fcinfo, Oid relid, const idem::JsonFields &key,
+                       int64 expected_version, const idem::JsonFields &changes,
+                       const char *version_column)
 {
 	static const char fn[] = "idem_versioned_update";
-	static const char *const argnames[] = {"target", "key", "expected_version", "changes",
-	                                       "version_column"};
-	for (int i = 0; i < 5; i++)
-		if (PG_ARGISNULL(i))
-			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-			        errmsg("%s: %s must not be null", fn, argnames[i]));
-
-	Oid relid = PG_GETARG_OID(0);
-	idem::JsonFields key = idem::json_object_fields(fn, "key", PG_GETARG_JSONB_P(1));
-	int64 expected_version = PG_GETARG_INT64(2);
-	idem::JsonFields changes = idem::json_object_fields(fn, "changes", PG_GETARG_JSONB_P(3));
-	const char *version_column = NameStr(*PG_GETARG_NAME(4));
 	if (key.count == 0)
 		ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
 		        errmsg("%s: key must name at least one column", fn));
@@ -296,8 +308,8 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 
 	StringInfoData sig;
 	initStringInfo(&sig);
-	appendStringInfo(&sig, "version:%s", version_column);
-	appendStringInfoChar(&sig, '\0');
+	appendStringInfoString(&sig, "version:");
+	appendBinaryStringInfo(&sig, version_column, int(strlen(version_column)) + 1);
 	idem::append_signature(&sig, "key", relid, key);
 	idem::append_signature(&sig, "changes", relid, changes);
 	idem::Statement *update = idem::statement_lookup(sig.data, sig.len, relid);
@@ -310,7 +322,7 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 	char *nulls = static_cast<char *>(palloc(nargs));
 	for (int i = 0; i < changes.count; i++) {
 		bool isnull;
-		values[i] = idem::json_to_column(fn, relid, &info->changes[i], &changes.values[i], &isnull);
+		values[i] = idem::field_to_column(fn, relid, &info->changes[i], changes, i, &isnull);
 		nulls[i] = isnull ? 'n' : ' ';
 	}
 	values[changes.count] = Int64GetDatum(expected_version);
@@ -319,7 +331,7 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 	char *key_nulls = nulls + changes.count + 1;
 	for (int i = 0; i < key.count; i++) {
 		bool isnull;
-		key_values[i] = idem::json_to_column(fn, relid, &info->keys[i], &key.values[i], &isnull);
+		key_values[i] = idem::field_to_column(fn, relid, &info->keys[i], key, i, &isnull);
 		if (isnull)
 			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
 			        errmsg("%s: key column \"%s\" must not be null", fn, key.names[i]));
@@ -367,4 +379,83 @@ IDEM_SQL_FUNCTION(idem_versioned_update)
 	if (!applied)
 		PG_RETURN_NULL();
 	PG_RETURN_BOOL(true);
+}
+
+} // namespace
+
+IDEM_SQL_FUNCTION(idem_versioned_update)
+{
+	static const char fn[] = "idem_versioned_update";
+	static const char *const argnames[] = {"target", "key", "expected_version", "changes",
+	                                       "version_column"};
+	for (int i = 0; i < 5; i++)
+		if (PG_ARGISNULL(i))
+			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			        errmsg("%s: %s must not be null", fn, argnames[i]));
+
+	idem::JsonFields key = idem::json_object_fields(fn, "key", PG_GETARG_JSONB_P(1));
+	idem::JsonFields changes = idem::json_object_fields(fn, "changes", PG_GETARG_JSONB_P(3));
+	return versioned_update(fcinfo, PG_GETARG_OID(0), key, PG_GETARG_INT64(2), changes,
+	                        NameStr(*PG_GETARG_NAME(4)));
+}
+
+// idem_versioned_update_fields(VARIADIC "any"): what the support function
+// below makes of a call whose key and changes are jsonb_build_object calls
+// (built_objects.hpp): the target, the key's fields, the expected version,
+// the changes' fields, the version column.
+IDEM_SQL_FUNCTION(idem_versioned_update_fields)
+{
+	static const char fn[] = "idem_versioned_update";
+	static idem::OriginalFunction original = {InvalidOid, InvalidOid};
+	static const Oid original_argtypes[] = {REGCLASSOID, JSONBOID, INT8OID, JSONBOID, NAMEOID};
+	idem::check_original_execute(&original, fcinfo, fn, 5, original_argtypes);
+	int next_arg = 1;
+	idem::JsonFields key = idem::typed_fields(fn, fcinfo, &next_arg);
+	int expected_arg = next_arg++;
+	idem::JsonFields changes = idem::typed_fields(fn, fcinfo, &next_arg);
+	int version_column_arg = next_arg++;
+	if (!idem::argument_is(fcinfo, 0, REGCLASSOID) ||
+	    !idem::argument_is(fcinfo, expected_arg, INT8OID) ||
+	    !idem::argument_is(fcinfo, version_column_arg, NAMEOID) || next_arg != PG_NARGS())
+		idem::malformed_fields(fn);
+
+	static const char *const argnames[] = {"target", "expected_version", "version_column"};
+	const int args[] = {0, expected_arg, version_column_arg};
+	for (int i = 0; i < 3; i++)
+		if (PG_ARGISNULL(args[i]))
+			ereport(ERROR, errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+			        errmsg("%s: %s must not be null", fn, argnames[i]));
+	return versioned_update(fcinfo, PG_GETARG_OID(0), key, PG_GETARG_INT64(expected_arg), changes,
+	                        NameStr(*PG_GETARG_NAME(version_column_arg)));
+}
+
+// The planner support function of idem_versioned_update: rewrites a call
+// whose key and changes are both jsonb_build_object calls that can be
+// rewritten into one of idem_versioned_update_fields.
+IDEM_SQL_FUNCTION(idem_versioned_update_support)
+{
+	Node *request = reinterpret_cast<Node *>(PG_GETARG_POINTER(0));
+	if (!IsA(request, SupportRequestSimplify))
+		PG_RETURN_POINTER(NULL);
+	SupportRequestSimplify *simplify = reinterpret_cast<SupportRequestSimplify *>(request);
+	FuncExpr *call = simplify->fcall;
+	if (list_length(call->args) != 5)
+		PG_RETURN_POINTER(NULL);
+	List *key = idem::built_object_arguments(static_cast<Node *>(lsecond(call->args)));
+	List *changes = idem::built_object_arguments(static_cast<Node *>(lfourth(call->args)));
+	static const Oid argtypes[] = {ANYOID};
+	Oid fields_fn =
+	    key == NIL || changes == NIL
+	        ? InvalidOid
+	        : idem::rewrite_function(simplify, "idem_versioned_update_fields", 1, argtypes);
+	if (!OidIsValid(fields_fn))
+		PG_RETURN_POINTER(NULL);
+	List *args = lcons(linitial(call->args), key);
+	args = lappend(args, lthird(call->args));
+	args = list_concat(args, changes);
+	args = lappend(args, list_nth(call->args, 4));
+	FuncExpr *rewritten =
+	    makeFuncExpr(fields_fn, BOOLOID, args, InvalidOid, call->inputcollid, COERCE_EXPLICIT_CALL);
+	rewritten->location = call->location;
+	PG_RETURN_POINTER(rewritten);
 }

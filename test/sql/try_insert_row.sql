@@ -237,6 +237,9 @@ DROP ROLE regress_idem_writer;
 -- converts each value as its JSON would have been: same rows, same errors.
 CREATE TABLE typed_log (id bigint PRIMARY KEY, n smallint, label varchar(3), doc json,
                         note text NOT NULL DEFAULT 'none');
+-- (EXPLAIN VERBOSE prints a query identifier when pg_stat_statements is
+-- preloaded.)
+SET compute_query_id = off;
 EXPLAIN (VERBOSE, COSTS OFF)
 SELECT idem_try_insert_row('typed_log', jsonb_build_object('id', 1, 'label', 'x'::text));
 EXPLAIN (VERBOSE, COSTS OFF)

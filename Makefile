@@ -16,6 +16,7 @@ CORE_OBJS = \
 	src/core/replay_window.o
 OBJS = $(CORE_OBJS) \
 	src/pg/module.o \
+	src/pg/citus_tables.o \
 	src/pg/extension_objects.o \
 	src/pg/relation_invalidation.o \
 	src/pg/plan_cache.o \

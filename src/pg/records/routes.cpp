@@ -2,13 +2,10 @@
 extern "C" {
 #include "postgres.h"
 
-#include "catalog/namespace.h"
-#include "catalog/pg_namespace_d.h"
-#include "catalog/pg_type_d.h"
 #include "executor/spi.h"
-#include "utils/lsyscache.h"
 }
 
+#include "pg/citus_tables.hpp"
 #include "pg/extension_objects.hpp"
 #include "pg/records/records.hpp"
 #include "pg/records/routes.hpp"
@@ -24,32 +21,13 @@ bool asked = false;
 bool distributed;
 uint64 distributed_at;
 
-bool ask_citus(Oid records)
-{
-	Oid catalog = get_relname_relid("pg_dist_partition", PG_CATALOG_NAMESPACE);
-	if (!OidIsValid(catalog))
-		return false; // no Citus in this database
-	if (SPI_connect() != SPI_OK_CONNECT)
-		elog(ERROR, "pg_idem: SPI_connect failed");
-	Oid types[] = {OIDOID};
-	Datum values[] = {ObjectIdGetDatum(records)};
-	int rc = SPI_execute_with_args("SELECT 1 FROM pg_catalog.pg_dist_partition "
-	                               "WHERE logicalrelid OPERATOR(pg_catalog.=) $1",
-	                               1, types, values, NULL, true, 1);
-	if (rc != SPI_OK_SELECT)
-		elog(ERROR, "pg_idem: unexpected SPI result %s", SPI_result_code_string(rc));
-	bool found = SPI_processed > 0;
-	SPI_finish();
-	return found;
-}
-
 } // namespace
 
 bool records_distributed()
 {
 	uint64 generation = extension_objects_generation();
 	if (!asked || distributed_at != generation) {
-		distributed = ask_citus(extension_objects().records);
+		distributed = citus_manages(extension_objects().records);
 		distributed_at = generation;
 		asked = true;
 	}

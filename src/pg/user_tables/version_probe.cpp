@@ -18,6 +18,7 @@ extern "C" {
 #include "utils/typcache.h"
 }
 
+#include "pg/citus_tables.hpp"
 #include "pg/compat.hpp"
 #include "pg/user_tables/version_probe.hpp"
 
@@ -28,7 +29,8 @@ void describe_version_probe(Relation rel, Oid index, const TargetColumn *keys, i
                             const TargetColumn &version, VersionProbe *probe, MemoryContext cxt)
 {
 	probe->index = InvalidOid;
-	if (rel->rd_rel->relkind != RELKIND_RELATION)
+	// A Citus table's rows are in its shards, not in the heap seen here.
+	if (rel->rd_rel->relkind != RELKIND_RELATION || citus_manages(RelationGetRelid(rel)))
 		return;
 	Relation ind = index_open(index, AccessShareLock);
 	int ncolumns = ind->rd_index->indnkeyatts;

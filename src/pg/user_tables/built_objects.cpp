@@ -7,6 +7,7 @@ extern "C" {
 #include "catalog/pg_type_d.h"
 #include "nodes/makefuncs.h"
 #include "nodes/nodeFuncs.h"
+#include "nodes/supportnodes.h"
 #include "nodes/value.h"
 #include "miscadmin.h"
 #include "optimizer/planmain.h"
@@ -20,6 +21,7 @@ extern "C" {
 #include "pg/compat.hpp"
 #include "pg/user_tables/built_objects.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace idem
@@ -48,8 +50,9 @@ int jsonb_key_order(const BuiltField &a, const BuiltField &b)
 	return memcmp(a.name, b.name, a.len);
 }
 
-} // namespace
-
+// The arguments that stand for `arg` in a rewritten call (count, keys,
+// values), or NIL when `arg` is not a jsonb_build_object call that can be
+// rewritten.
 List *built_object_arguments(Node *arg)
 {
 	if (arg == NULL || !IsA(arg, FuncExpr))
@@ -98,6 +101,27 @@ List *built_object_arguments(Node *arg)
 	return args;
 }
 
+// The sibling `name` (one VARIADIC "any" argument) of the function `request`
+// simplifies, in its schema; InvalidOid if the call must stay as written.
+Oid sibling_for(SupportRequestSimplify *request, const char *name)
+{
+	static const Oid argtypes[] = {ANYOID};
+	Oid called = request->fcall->funcid;
+	if (request->root == NULL ||
+	    object_aclcheck(ProcedureRelationId, called, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
+		return InvalidOid;
+	char *schema = get_namespace_name(get_func_namespace(called));
+	if (schema == NULL)
+		return InvalidOid;
+	List *qualified = list_make2(makeString(schema), makeString(pstrdup(name)));
+	Oid rewritten = LookupFuncName(qualified, 1, argtypes, true);
+	if (OidIsValid(rewritten))
+		record_plan_function_dependency(request->root, called);
+	return rewritten;
+}
+
+} // namespace
+
 void malformed_fields(const char *fn)
 {
 	ereport(ERROR, errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -108,21 +132,34 @@ void malformed_fields(const char *fn)
 	pg_unreachable();
 }
 
-Oid rewrite_function(SupportRequestSimplify *request, const char *name, int nargs,
-                     const Oid *argtypes)
+Node *rewrite_built_objects(Node *request, const char *sibling, int nargs,
+                            std::initializer_list<int> objects)
 {
-	Oid called = request->fcall->funcid;
-	if (request->root == NULL ||
-	    object_aclcheck(ProcedureRelationId, called, GetUserId(), ACL_EXECUTE) != ACLCHECK_OK)
-		return InvalidOid;
-	char *schema = get_namespace_name(get_func_namespace(called));
-	if (schema == NULL)
-		return InvalidOid;
-	List *qualified = list_make2(makeString(schema), makeString(pstrdup(name)));
-	Oid rewritten = LookupFuncName(qualified, nargs, argtypes, true);
-	if (OidIsValid(rewritten))
-		record_plan_function_dependency(request->root, called);
-	return rewritten;
+	if (!IsA(request, SupportRequestSimplify))
+		return NULL;
+	SupportRequestSimplify *simplify = reinterpret_cast<SupportRequestSimplify *>(request);
+	FuncExpr *call = simplify->fcall;
+	if (list_length(call->args) != nargs)
+		return NULL;
+	List *args = NIL;
+	for (int i = 0; i < nargs; i++) {
+		Node *arg = static_cast<Node *>(list_nth(call->args, i));
+		if (std::find(objects.begin(), objects.end(), i) == objects.end()) {
+			args = lappend(args, arg);
+			continue;
+		}
+		List *fields = built_object_arguments(arg);
+		if (fields == NIL)
+			return NULL;
+		args = list_concat(args, fields);
+	}
+	Oid fn = sibling_for(simplify, sibling);
+	if (!OidIsValid(fn))
+		return NULL;
+	FuncExpr *rewritten =
+	    makeFuncExpr(fn, BOOLOID, args, InvalidOid, call->inputcollid, COERCE_EXPLICIT_CALL);
+	rewritten->location = call->location;
+	return reinterpret_cast<Node *>(rewritten);
 }
 
 void check_original_execute(OriginalFunction *original, FunctionCallInfo fcinfo, const char *name,

@@ -28,29 +28,28 @@ extern "C" {
 #include "fmgr.h"
 #include "nodes/pg_list.h"
 #include "nodes/primnodes.h"
-#include "nodes/supportnodes.h"
 }
+
+#include <initializer_list>
 
 #include "pg/user_tables/user_table.hpp"
 
 namespace idem
 {
 
-// The arguments that stand for `arg` in a rewritten call (count, keys,
-// values), or NIL when `arg` is not a jsonb_build_object call that can be
-// rewritten.
-List *built_object_arguments(Node *arg);
-
-// The function `name`, of the schema of the function `request` simplifies
-// and with the argument types given, that the call may be rewritten into;
-// or InvalidOid, to leave it as written: outside a plan, for a caller who
-// may not execute the function called (the executor then says so), or in
-// an extension not yet updated to have `name`. The plan depends on the
-// function called, so that a GRANT or REVOKE on it plans the call again;
-// the sibling checks the privilege on every call too
+// What the planner support function of a user-table function returns for
+// `request`: a call of its sibling `sibling` (a _fields function, returning
+// boolean) in which each argument at a position in `objects` (0-based) is
+// replaced by its fields (count, keys, values) and the others are kept; or
+// NULL, to leave the call as written: another request, another number of
+// arguments than `nargs`, an object that cannot be rewritten, outside a
+// plan, for a caller who may not execute the function called (the executor
+// then says so), or in an extension not yet updated to have `sibling`. The
+// plan depends on the function called, so that a GRANT or REVOKE on it
+// plans the call again; the sibling checks the privilege on every call too
 // (check_original_execute).
-Oid rewrite_function(SupportRequestSimplify *request, const char *name, int nargs,
-                     const Oid *argtypes);
+Node *rewrite_built_objects(Node *request, const char *sibling, int nargs,
+                            std::initializer_list<int> objects);
 
 // The function a _fields sibling stands for, found once per backend (and
 // again if the sibling is another, after the extension was created anew).

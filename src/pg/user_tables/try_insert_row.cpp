@@ -13,8 +13,6 @@ extern "C" {
 #include "executor/spi.h"
 #include "catalog/pg_type_d.h"
 #include "lib/stringinfo.h"
-#include "nodes/makefuncs.h"
-#include "nodes/supportnodes.h"
 #include "utils/builtins.h"
 #include "utils/rel.h"
 }
@@ -137,22 +135,6 @@ IDEM_SQL_FUNCTION(idem_try_insert_row_fields)
 // idem_try_insert_row_fields.
 IDEM_SQL_FUNCTION(idem_try_insert_row_support)
 {
-	Node *request = reinterpret_cast<Node *>(PG_GETARG_POINTER(0));
-	if (!IsA(request, SupportRequestSimplify))
-		PG_RETURN_POINTER(NULL);
-	SupportRequestSimplify *simplify = reinterpret_cast<SupportRequestSimplify *>(request);
-	FuncExpr *call = simplify->fcall;
-	if (list_length(call->args) != 2)
-		PG_RETURN_POINTER(NULL);
-	List *row = idem::built_object_arguments(static_cast<Node *>(lsecond(call->args)));
-	static const Oid argtypes[] = {ANYOID};
-	Oid fields_fn =
-	    row == NIL ? InvalidOid
-	               : idem::rewrite_function(simplify, "idem_try_insert_row_fields", 1, argtypes);
-	if (!OidIsValid(fields_fn))
-		PG_RETURN_POINTER(NULL);
-	FuncExpr *rewritten = makeFuncExpr(fields_fn, BOOLOID, lcons(linitial(call->args), row),
-	                                   InvalidOid, call->inputcollid, COERCE_EXPLICIT_CALL);
-	rewritten->location = call->location;
-	PG_RETURN_POINTER(rewritten);
+	PG_RETURN_POINTER(idem::rewrite_built_objects(reinterpret_cast<Node *>(PG_GETARG_POINTER(0)),
+	                                              "idem_try_insert_row_fields", 2, {1}));
 }

@@ -44,8 +44,6 @@ extern "C" {
 #include "executor/spi.h"
 #include "lib/stringinfo.h"
 #include "nodes/bitmapset.h"
-#include "nodes/makefuncs.h"
-#include "nodes/supportnodes.h"
 #include "utils/builtins.h"
 #include "utils/lsyscache.h"
 #include "utils/rel.h"
@@ -434,28 +432,6 @@ IDEM_SQL_FUNCTION(idem_versioned_update_fields)
 // rewritten into one of idem_versioned_update_fields.
 IDEM_SQL_FUNCTION(idem_versioned_update_support)
 {
-	Node *request = reinterpret_cast<Node *>(PG_GETARG_POINTER(0));
-	if (!IsA(request, SupportRequestSimplify))
-		PG_RETURN_POINTER(NULL);
-	SupportRequestSimplify *simplify = reinterpret_cast<SupportRequestSimplify *>(request);
-	FuncExpr *call = simplify->fcall;
-	if (list_length(call->args) != 5)
-		PG_RETURN_POINTER(NULL);
-	List *key = idem::built_object_arguments(static_cast<Node *>(lsecond(call->args)));
-	List *changes = idem::built_object_arguments(static_cast<Node *>(lfourth(call->args)));
-	static const Oid argtypes[] = {ANYOID};
-	Oid fields_fn =
-	    key == NIL || changes == NIL
-	        ? InvalidOid
-	        : idem::rewrite_function(simplify, "idem_versioned_update_fields", 1, argtypes);
-	if (!OidIsValid(fields_fn))
-		PG_RETURN_POINTER(NULL);
-	List *args = lcons(linitial(call->args), key);
-	args = lappend(args, lthird(call->args));
-	args = list_concat(args, changes);
-	args = lappend(args, list_nth(call->args, 4));
-	FuncExpr *rewritten =
-	    makeFuncExpr(fields_fn, BOOLOID, args, InvalidOid, call->inputcollid, COERCE_EXPLICIT_CALL);
-	rewritten->location = call->location;
-	PG_RETURN_POINTER(rewritten);
+	PG_RETURN_POINTER(idem::rewrite_built_objects(reinterpret_cast<Node *>(PG_GETARG_POINTER(0)),
+	                                              "idem_versioned_update_fields", 5, {1, 3}));
 }

@@ -8,6 +8,7 @@ extern "C" {
 #include "access/table.h"
 #include "access/tableam.h"
 #include "access/xact.h"
+#include "catalog/pg_am_d.h"
 #include "catalog/pg_type_d.h"
 #include "executor/tuptable.h"
 #include "miscadmin.h"
@@ -34,7 +35,7 @@ void describe_version_probe(Relation rel, Oid index, const TargetColumn *keys, i
 		return;
 	Relation ind = index_open(index, AccessShareLock);
 	int ncolumns = ind->rd_index->indnkeyatts;
-	if (ncolumns == nkeys) {
+	if (ind->rd_rel->relam == BTREE_AM_OID && ncolumns == nkeys) {
 		probe->nkeys = nkeys;
 		probe->key_of = static_cast<int *>(MemoryContextAlloc(cxt, sizeof(int) * nkeys));
 		probe->equals =

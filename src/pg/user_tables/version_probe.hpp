@@ -5,8 +5,10 @@
 // time, and the executor of a SELECT cost it several times the probe.
 //
 // The probe is used only when the SQL read could not differ: an ordinary
-// table (the read is ONLY, which is the parent's own index), a unique index
-// on exactly the key columns with their own equality and collation, no
+// table (the read is ONLY, which is the parent's own index), a unique btree
+// index on exactly the key columns with their own equality and collation
+// (the scan keys are btree's: through PostgreSQL 18's temporal keys, a
+// unique GiST index, the same strategy number means "overlaps"), no
 // row-level security, and SELECT on the table for the caller. Otherwise,
 // or for the locking read, versioned_update.cpp reads with SQL as before.
 // Include after postgres.h.
@@ -33,8 +35,8 @@ struct VersionProbe {
 
 // The probe of `rel` for the key columns `keys`, through `index` (a unique
 // index whose key columns are among them, with their own equality and
-// collation), allocated in `cxt`; probe->index is InvalidOid if `index`
-// does not have exactly the key columns.
+// collation), allocated in `cxt`; probe->index is InvalidOid if `index` is
+// not a btree index or does not have exactly the key columns.
 void describe_version_probe(Relation rel, Oid index, const TargetColumn *keys, int nkeys,
                             const TargetColumn &version, VersionProbe *probe, MemoryContext cxt);
 

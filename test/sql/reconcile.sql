@@ -161,6 +161,32 @@ SELECT count(*) AS trapped_calls FROM trap_calls;
 DROP SCHEMA reconcile_trap CASCADE;
 DROP TABLE trap_calls;
 
+-- Nor does the caller's session keep any setting the function changes, even
+-- for the rest of the session: a search_path left behind would make the
+-- caller (a superuser, or the purge worker) resolve its next statements
+-- through the function owner's schemas.
+CREATE FUNCTION leaves_settings(scope text, key text) RETURNS boolean LANGUAGE plpgsql AS
+$$ BEGIN
+    PERFORM pg_catalog.set_config('search_path', 'leftover, public', false);
+    PERFORM pg_catalog.set_config('work_mem', '1234kB', false);
+    PERFORM pg_catalog.set_config('pg_idem_test.leftover', 'yes', true);
+    RETURN NULL;
+END $$;
+SELECT scope FROM idem_configure('leaves', reconcile_function => 'leaves_settings(text,text)');
+SELECT status FROM idem_begin('leaves', 'k', lease => '1 microsecond');
+SELECT current_setting('search_path') AS search_path_before,
+       current_setting('work_mem') AS work_mem_before \gset
+SELECT scope, key, outcome FROM idem_reconcile('leaves');
+SELECT current_setting('search_path') = :'search_path_before' AS search_path_kept,
+       current_setting('work_mem') = :'work_mem_before' AS work_mem_kept,
+       current_setting('pg_idem_test.leftover', true) IS DISTINCT FROM 'yes' AS local_setting_gone;
+BEGIN;
+SELECT scope, key, outcome FROM idem_reconcile('leaves');
+SELECT current_setting('search_path') = :'search_path_before' AS search_path_kept_in_transaction,
+       current_setting('pg_idem_test.leftover', true) IS DISTINCT FROM 'yes' AS local_setting_gone_in_transaction;
+COMMIT;
+DROP FUNCTION leaves_settings(text, text);
+
 -- A reconciler that raises an error: a warning, its claim reported unknown
 -- and left in progress, and the other scopes' claims settled all the same.
 CREATE FUNCTION payment_api(scope text, key text) RETURNS boolean LANGUAGE plpgsql AS

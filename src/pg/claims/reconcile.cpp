@@ -112,9 +112,14 @@ bool ask_reconciler(Oid function, Oid role, text *scope, text *key, bool *isnull
 	call->args[1].isnull = false;
 	Datum answer = FunctionCallInvoke(call);
 	// An error above aborts the transaction, which restores the user and
-	// the search_path too.
+	// the search_path too. Without one, every setting the function changed
+	// is undone as well, even a plain set_config(..., false): kept, it
+	// would stay in the session that reconciles (a superuser's, or the
+	// purge worker's) and run the next statements there with, say, the
+	// function's search_path, as PostgreSQL undoes what an index
+	// expression sets.
 	SetUserIdAndSecContext(saved_user, saved_context);
-	AtEOXact_GUC(true, guc_level);
+	AtEOXact_GUC(false, guc_level);
 	*isnull = call->isnull;
 	return !call->isnull && DatumGetBool(answer);
 }

@@ -306,3 +306,14 @@ DEALLOCATE log_id;
 REVOKE ALL ON typed_log FROM regress_idem_row_caller;
 DROP ROLE regress_idem_row_caller;
 DROP TABLE typed_log;
+
+-- An object of 50 fields is as many arguments as jsonb_build_object takes,
+-- and more than the sibling could: the call stays as written, and works.
+SELECT format('CREATE TABLE wide_log (%s, PRIMARY KEY (c1))',
+              string_agg(format('c%s integer', g), ', ' ORDER BY g))
+FROM generate_series(1, 50) g \gexec
+SELECT format('SELECT idem_try_insert_row(%L, jsonb_build_object(%s)) AS wide_inserted',
+              'wide_log', string_agg(format('%L, %s', 'c' || g, g), ', ' ORDER BY g))
+FROM generate_series(1, 50) g \gexec
+SELECT c1, c25, c50 FROM wide_log;
+DROP TABLE wide_log;

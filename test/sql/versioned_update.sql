@@ -385,3 +385,16 @@ DEALLOCATE set_label;
 DROP TABLE typed;
 DROP DOMAIN positive;
 DROP ROLE regress_idem_typed;
+
+-- 48 fields in all (a key of one, 47 changes) are more arguments than the
+-- sibling could take: the call stays as written, and works.
+SELECT format('CREATE TABLE wide (%s, version bigint NOT NULL DEFAULT 0, PRIMARY KEY (c1))',
+              string_agg(format('c%s integer', g), ', ' ORDER BY g))
+FROM generate_series(1, 48) g \gexec
+INSERT INTO wide (c1) VALUES (1);
+SELECT format('SELECT idem_versioned_update(%L, jsonb_build_object(%L, 1), 0, '
+              'jsonb_build_object(%s)) AS wide_applied',
+              'wide', 'c1', string_agg(format('%L, %s', 'c' || g, g), ', ' ORDER BY g))
+FROM generate_series(2, 48) g \gexec
+SELECT c1, c2, c48, version FROM wide;
+DROP TABLE wide;

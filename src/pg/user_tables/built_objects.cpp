@@ -153,6 +153,9 @@ Node *rewrite_built_objects(Node *request, const char *sibling, int nargs,
 			return NULL;
 		args = list_concat(args, fields);
 	}
+	// Wide objects may be written, but no call takes more arguments.
+	if (list_length(args) > FUNC_MAX_ARGS)
+		return NULL;
 	Oid fn = sibling_for(simplify, sibling);
 	if (!OidIsValid(fn))
 		return NULL;

@@ -3,10 +3,12 @@ extern "C" {
 #include "postgres.h"
 
 #include "access/genam.h"
+#include "access/htup_details.h"
 #include "access/relscan.h"
 #include "access/stratnum.h"
 #include "access/table.h"
 #include "access/tableam.h"
+#include "access/transam.h"
 #include "access/xact.h"
 #include "catalog/pg_am_d.h"
 #include "catalog/pg_type_d.h"
@@ -82,6 +84,18 @@ bool probe_version(const VersionProbe &probe, Oid relid, const Datum *key_values
 	CommandCounterIncrement();
 	PushActiveSnapshot(GetTransactionSnapshot());
 	UpdateActiveSnapshotCommandId();
+	// An index built over broken HOT chains may not serve snapshots older
+	// than it (indcheckxmin): it can lead to a row's version that such a
+	// snapshot sees under another key. The planner skips it, and so does
+	// this read.
+	if (index->rd_index->indcheckxmin &&
+	    !TransactionIdPrecedes(HeapTupleHeaderGetXmin(index->rd_indextuple->t_data),
+	                           TransactionXmin)) {
+		PopActiveSnapshot();
+		index_close(index, AccessShareLock);
+		table_close(rel, NoLock);
+		return false;
+	}
 	IndexScanDesc scan = compat::index_beginscan(rel, index, GetActiveSnapshot(), probe.nkeys, 0);
 	index_rescan(scan, keys, probe.nkeys, NULL, 0);
 	TupleTableSlot *slot = table_slot_create(rel, NULL);

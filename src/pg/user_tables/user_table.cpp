@@ -27,11 +27,12 @@ extern "C" {
 namespace idem
 {
 
-void lock_target_table(const char *fn, Oid relid)
+namespace
 {
-	LockRelationOid(relid, RowExclusiveLock);
-	// One catalog lookup for the kind and the schema: this runs on every
-	// call.
+
+// One catalog lookup for the kind and the schema: this runs twice a call.
+void check_target_table(const char *fn, Oid relid)
+{
 	HeapTuple tuple = SearchSysCache1(RELOID, ObjectIdGetDatum(relid));
 	if (!HeapTupleIsValid(tuple))
 		ereport(ERROR, errcode(ERRCODE_UNDEFINED_TABLE),
@@ -40,12 +41,21 @@ void lock_target_table(const char *fn, Oid relid)
 	char relkind = form->relkind;
 	Oid schema = form->relnamespace;
 	ReleaseSysCache(tuple);
+	if (object_aclcheck(NamespaceRelationId, schema, GetUserId(), ACL_USAGE) != ACLCHECK_OK)
+		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_SCHEMA, get_namespace_name(schema));
 	if (relkind != RELKIND_RELATION && relkind != RELKIND_PARTITIONED_TABLE)
 		ereport(ERROR, errcode(ERRCODE_WRONG_OBJECT_TYPE),
 		        errmsg("%s: \"%s\" is not a table", fn, get_rel_name(relid)),
 		        errdetail("Only ordinary and partitioned tables can be targets."));
-	if (object_aclcheck(NamespaceRelationId, schema, GetUserId(), ACL_USAGE) != ACLCHECK_OK)
-		aclcheck_error(ACLCHECK_NO_PRIV, OBJECT_SCHEMA, get_namespace_name(schema));
+}
+
+} // namespace
+
+void lock_target_table(const char *fn, Oid relid)
+{
+	check_target_table(fn, relid);
+	LockRelationOid(relid, RowExclusiveLock);
+	check_target_table(fn, relid);
 }
 
 JsonFields json_object_fields(const char *fn, const char *argname, Jsonb *json)

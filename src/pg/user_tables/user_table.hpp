@@ -42,9 +42,11 @@ struct JsonFields {
 // checks that it exists and is an ordinary or partitioned table, and that
 // the caller may use its schema (a statement names the table by its schema,
 // as a plain one does, but a cached statement is not parsed again for
-// another role). Taking the lock first also brings this backend's caches up
-// to date with any concurrent ALTER or DROP before cached statements are
-// trusted.
+// another role). The checks come before the lock, as a name lookup refuses
+// a schema before it locks, so that a role cannot queue a lock on a table it
+// may not reach; and again after it, which also brings this backend's
+// caches up to date with any concurrent ALTER or DROP (or a move to another
+// schema) before cached statements are trusted.
 void lock_target_table(const char *fn, Oid relid);
 
 // The fields of `json`, which must be a JSON object (22023 otherwise).

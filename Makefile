@@ -36,6 +36,7 @@ OBJS = $(CORE_OBJS) \
 	src/pg/claims/claim_tokens.o \
 	src/pg/claims/claim_wait.o \
 	src/pg/claims/reconcile.o \
+	src/pg/claims/reconciler_deadline.o \
 	src/pg/purge/purge.o \
 	src/pg/purge/purge_status.o \
 	src/pg/purge/purge_worker.o \

@@ -81,6 +81,7 @@ int purge_rate_limit = 0;
 bool purge_reconcile = true;
 bool purge_vacuum = true;
 bool purge_yield = true;
+int reconcile_timeout_ms = 10000;
 int stats_max_scopes = 1000;
 int cache_size = 0;
 int cache_result_size = 256;
@@ -121,6 +122,13 @@ static void define_settings()
 	DefineCustomBoolVariable("pg_idem.purge_reconcile",
 	                         "Whether each purge round also reconciles expired leases.", NULL,
 	                         &idem::purge_reconcile, true, PGC_SIGHUP, 0, NULL, NULL, NULL);
+	DefineCustomIntVariable("pg_idem.reconcile_timeout",
+	                        "Longest a scope's reconciliation function may take for one "
+	                        "claim before the call is canceled and the claim reported unknown.",
+	                        "0 means no limit. Only a superuser may change it, since the "
+	                        "functions are the scopes' configuring roles' code.",
+	                        &idem::reconcile_timeout_ms, 10000, 0, INT_MAX, PGC_SUSET, GUC_UNIT_MS,
+	                        NULL, NULL, NULL);
 	DefineCustomBoolVariable("pg_idem.purge_yield",
 	                         "Whether the purge worker pauses between batches while durable "
 	                         "commits wait for the write-ahead log.",

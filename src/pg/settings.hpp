@@ -24,6 +24,10 @@ extern bool purge_reconcile;  // pg_idem.purge_reconcile
 extern bool purge_vacuum;     // pg_idem.purge_vacuum
 extern bool purge_yield;      // pg_idem.purge_yield
 
+// pg_idem.reconcile_timeout, in milliseconds, 0: none: the longest one call
+// of a scope's reconciliation function may take (reconciler_deadline.hpp).
+extern int reconcile_timeout_ms;
+
 // pg_idem.stats_max_scopes: scopes idem_stats counts on their own (stats.cpp).
 extern int stats_max_scopes;
 

@@ -236,6 +236,44 @@ REVOKE ALL ON FUNCTION idem_configure(text, interval, interval, integer, text, r
     FROM regress_idem_stranger;
 DELETE FROM idem_records;
 DELETE FROM idem_scopes;
+
+-- Every scope gets its turn: scope "flood" has five stuck claims older than
+-- scope "quiet"'s one, and a function that never knows; with room for two,
+-- a round asks about one claim of each, oldest first within each scope.
+CREATE FUNCTION never_knows(scope text, key text) RETURNS boolean LANGUAGE sql AS 'SELECT NULL::boolean';
+SELECT scope FROM idem_configure('flood', reconcile_function => 'never_knows(text,text)');
+SELECT scope FROM idem_configure('quiet', reconcile_function => 'charge_happened(text,text)');
+SELECT count(*) AS flooded FROM generate_series(1, 5) g,
+       LATERAL idem_begin('flood', 'f' || g, lease => '1 microsecond') b;
+SELECT pg_sleep(0.01);
+SELECT status FROM idem_begin('quiet', 'c-1', lease => '1 microsecond');
+SELECT * FROM idem_reconcile(NULL, 2);
+SELECT scope, key, status FROM idem_records WHERE scope = 'quiet';
+DELETE FROM idem_records;
+DELETE FROM idem_scopes;
+
+-- A function that takes longer than pg_idem.reconcile_timeout is canceled:
+-- a warning, its claim unknown and left in progress, and the next scope's
+-- claims settled all the same, without waiting for it.
+CREATE FUNCTION slow_api(scope text, key text) RETURNS boolean LANGUAGE sql AS
+$$ SELECT pg_sleep(30) IS NULL $$;
+SELECT scope FROM idem_configure('a-slow', reconcile_function => 'slow_api(text,text)');
+SELECT scope FROM idem_configure('b-quick', reconcile_function => 'charge_happened(text,text)');
+SELECT status FROM idem_begin('a-slow', 's', lease => '1 microsecond');
+SELECT status FROM idem_begin('b-quick', 'c-1', lease => '1 microsecond');
+SET pg_idem.reconcile_timeout = '200ms';
+SELECT clock_timestamp() AS before \gset
+SELECT * FROM idem_reconcile() ORDER BY scope;
+SELECT clock_timestamp() - :'before' < interval '10 seconds' AS did_not_wait;
+RESET pg_idem.reconcile_timeout;
+SELECT scope, key, status FROM idem_records ORDER BY scope;
+-- Only a superuser sets the limit.
+SET ROLE regress_idem_stranger;
+SET pg_idem.reconcile_timeout = 0;
+RESET ROLE;
+DROP FUNCTION never_knows(text, text), slow_api(text, text);
+DELETE FROM idem_records;
+DELETE FROM idem_scopes;
 DELETE FROM idem_scope_grants;
 DROP TABLE charges, who_asked;
 DROP FUNCTION charge_happened(text, text), record_caller(text, text);

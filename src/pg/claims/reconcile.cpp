@@ -4,10 +4,12 @@
 // each scope's function is still usable, ask it, settle, count for
 // idem_stats.
 //
-// For each in-progress record with an expired lease (oldest first, locked
-// with FOR UPDATE SKIP LOCKED so that concurrent reconcilers and late
-// completions never wait on each other for long), it asks the scope's
-// reconciliation function fn(scope, key) whether the effect happened:
+// For each in-progress record with an expired lease (the scopes in turn,
+// each scope's oldest lease first; each locked with FOR UPDATE SKIP LOCKED
+// when its turn comes, so that concurrent reconcilers and late completions
+// never wait on each other for long), it asks the scope's reconciliation
+// function fn(scope, key), within pg_idem.reconcile_timeout, whether the
+// effect happened:
 // true -> completed, false -> failed (or dead when the attempts are used
 // up), NULL -> left as it is and reported 'unknown'. Scopes without a
 // function are not looked at, so that their claims (which only a takeover
@@ -46,6 +48,7 @@ extern "C" {
 
 #include "core/claim_rules.hpp"
 #include "pg/claims/claim_wait.hpp"
+#include "pg/claims/reconciler_deadline.hpp"
 #include "pg/compat.hpp"
 #include "pg/cache/duplicate_cache.hpp"
 #include "pg/extension_objects.hpp"
@@ -58,6 +61,7 @@ extern "C" {
 #include "pg/records/routes.hpp"
 #include "pg/claims/reconcile.hpp"
 #include "pg/scopes/scopes.hpp"
+#include "pg/settings.hpp"
 #include "pg/stats/stats.hpp"
 
 #include <cstring>
@@ -124,11 +128,12 @@ bool ask_reconciler(Oid function, Oid role, text *scope, text *key, bool *isnull
 	return !call->isnull && DatumGetBool(answer);
 }
 
-// ask_reconciler in a subtransaction of its own: an error the function
-// raises is logged as a warning and its claim reported unknown, so that one
-// broken reconciler never stops the claims of other scopes (the error's
-// claim, first in line, would otherwise fail every later run too). A
-// cancel or a shutdown still ends the whole call.
+// ask_reconciler in a subtransaction of its own, within
+// pg_idem.reconcile_timeout: an error the function raises, or running out
+// of time, is logged as a warning and its claim reported unknown, so that
+// one broken or slow reconciler never stops the claims of other scopes
+// (the error's claim, first in line, would otherwise fail every later run
+// too). Any other cancel, or a shutdown, still ends the whole call.
 bool ask_reconciler_in_subtransaction(Oid reconciler, Oid role, const Candidate &c, bool *unknown)
 {
 	MemoryContext caller_context = CurrentMemoryContext;
@@ -136,29 +141,42 @@ bool ask_reconciler_in_subtransaction(Oid reconciler, Oid role, const Candidate 
 	volatile bool happened = false;
 	BeginInternalSubTransaction(NULL);
 	MemoryContextSwitchTo(caller_context);
+	reconciler_deadline_start();
 	PG_TRY();
 	{
 		happened = ask_reconciler(reconciler, role, c.scope, c.key, unknown);
+		// An answer given just as the limit ran out still counts.
+		(void)reconciler_deadline_end();
 		ReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(caller_context);
 		CurrentResourceOwner = caller_owner;
 	}
 	PG_CATCH();
 	{
+		bool out_of_time = reconciler_deadline_end();
 		MemoryContextSwitchTo(caller_context);
 		ErrorData *error = CopyErrorData();
 		FlushErrorState();
 		RollbackAndReleaseCurrentSubTransaction();
 		MemoryContextSwitchTo(caller_context);
 		CurrentResourceOwner = caller_owner;
-		if (error->sqlerrcode == ERRCODE_QUERY_CANCELED ||
-		    error->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN)
+		bool limit_cancel = out_of_time && error->sqlerrcode == ERRCODE_QUERY_CANCELED;
+		if (!limit_cancel && (error->sqlerrcode == ERRCODE_QUERY_CANCELED ||
+		                      error->sqlerrcode == ERRCODE_ADMIN_SHUTDOWN))
 			ReThrowError(error);
-		ereport(WARNING,
-		        errmsg("%s: the reconciliation function of scope \"%s\" failed for key "
-		               "\"%s\": %s",
-		               fn, text_to_cstring(c.scope), text_to_cstring(c.key), error->message),
-		        errhint("Its claim is reported unknown and left as it is."));
+		if (limit_cancel)
+			ereport(WARNING,
+			        errmsg("%s: the reconciliation function of scope \"%s\" took longer than "
+			               "pg_idem.reconcile_timeout (%d ms) for key \"%s\"",
+			               fn, text_to_cstring(c.scope), reconcile_timeout_ms,
+			               text_to_cstring(c.key)),
+			        errhint("Its claim is reported unknown and left as it is."));
+		else
+			ereport(WARNING,
+			        errmsg("%s: the reconciliation function of scope \"%s\" failed for key "
+			               "\"%s\": %s",
+			               fn, text_to_cstring(c.scope), text_to_cstring(c.key), error->message),
+			        errhint("Its claim is reported unknown and left as it is."));
 		FreeErrorData(error);
 		*unknown = true;
 		happened = false;
@@ -168,63 +186,100 @@ bool ask_reconciler_in_subtransaction(Oid reconciler, Oid role, const Candidate 
 }
 
 // The claims to look at: in progress with an expired lease, of `scope` (or
-// any) among the scopes `caller` may use, oldest lease first, row-locked
-// (SKIP LOCKED), and only in scopes with a reconciliation function: claims
-// nothing can settle must not take the places of those that can. Copied out
-// of SPI before any reconciliation function runs SPI.
+// any) among the scopes `caller` may use, and only in scopes with a
+// reconciliation function: claims nothing can settle must not take the
+// places of those that can. Up to max_rows, taken from the scopes in turn
+// (each scope's oldest lease first), so that one scope's many stuck claims,
+// which its function may never settle, cannot keep other scopes' claims
+// from their turn. Nothing is locked yet (lock_candidate). Copied out of
+// SPI before any reconciliation function runs SPI.
 Candidate *select_candidates(const ExtensionObjects &objects, const text *scope, int max_rows,
                              Oid caller, int *n)
 {
 	// Two statements: one for every scope (also on 0.2's SQL, which has no
-	// grants), one that keeps to the caller's ($3).
+	// grants), one that keeps to the caller's ($2).
 	bool every_scope = may_use_every_scope(caller);
-	// On distributed records (routes.hpp) Citus locks no rows of a search
-	// across shards: the search locks nothing, and each candidate is
-	// locked in its own shard afterwards (lock_routed).
-	bool routed = records_distributed();
-	const char *signature =
-	    psprintf("reconcile:select%s%s", every_scope ? "" : ":granted", routed ? ":routed" : "");
-	Statement *select = statement_lookup(signature, strlen(signature), objects.records);
-	if (!statement_ready(select)) {
-		Oid select_types[] = {TEXTOID, INT4OID, OIDOID};
+	const char *signature = every_scope ? "reconcile:scopes" : "reconcile:scopes:granted";
+	Statement *scopes = statement_lookup(signature, strlen(signature), objects.scopes);
+	if (!statement_ready(scopes)) {
+		Oid types[] = {TEXTOID, OIDOID};
 		statement_prepare(
-		    select,
-		    psprintf("SELECT r.key_id, r.scope, r.key, r.attempts, r.attempt_base, r.route "
-		             "FROM %s r "
-		             "WHERE r.status OPERATOR(pg_catalog.=) 'in_progress' "
-		             "AND r.lease_expires_at OPERATOR(pg_catalog.<=) "
-		             "pg_catalog.clock_timestamp() "
-		             "AND ($1 IS NULL OR r.scope OPERATOR(pg_catalog.=) $1) "
-		             "AND r.scope COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) ANY (ARRAY("
-		             "SELECT s.scope FROM %s s WHERE s.reconcile_function IS NOT NULL%s)) "
-		             "ORDER BY r.lease_expires_at LIMIT $2%s",
-		             objects.records_name, objects.scopes_name,
+		    scopes,
+		    psprintf("SELECT s.scope FROM %s s WHERE s.reconcile_function IS NOT NULL "
+		             "AND ($1 IS NULL OR s.scope OPERATOR(pg_catalog.=) $1)%s ORDER BY s.scope",
+		             objects.scopes_name,
 		             every_scope ? ""
-		                         : psprintf(" AND %s.idem_scope_usable_by(s.scope, $3)",
-		                                    objects.schema_name),
-		             routed ? "" : " FOR UPDATE OF r SKIP LOCKED"),
-		    every_scope ? 2 : 3, select_types);
+		                         : psprintf(" AND %s.idem_scope_usable_by(s.scope, $2)",
+		                                    objects.schema_name)),
+		    every_scope ? 1 : 2, types);
 	}
-	Datum select_values[] = {PointerGetDatum(scope), Int32GetDatum(max_rows),
-	                         ObjectIdGetDatum(caller)};
-	char select_nulls[] = {scope == NULL ? 'n' : ' ', ' ', ' '};
-	if (SPI_execute_plan(select->plan, select_values, select_nulls, false, 0) != SPI_OK_SELECT)
+	Datum scope_values[] = {PointerGetDatum(scope), ObjectIdGetDatum(caller)};
+	char scope_nulls[] = {scope == NULL ? 'n' : ' ', ' '};
+	if (SPI_execute_plan(scopes->plan, scope_values, scope_nulls, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "pg_idem: reconciliation query failed");
-
-	*n = int(SPI_processed);
-	Candidate *candidates = static_cast<Candidate *>(palloc0(sizeof(Candidate) * (*n + 1)));
-	for (int i = 0; i < *n; i++) {
-		HeapTuple row = SPI_tuptable->vals[i];
-		TupleDesc desc = SPI_tuptable->tupdesc;
+	int nscopes = int(SPI_processed);
+	text **names = static_cast<text **>(palloc(sizeof(text *) * (nscopes + 1)));
+	for (int i = 0; i < nscopes; i++) {
 		bool isnull;
-		candidates[i].id = DatumGetByteaPCopy(SPI_getbinval(row, desc, 1, &isnull));
-		candidates[i].scope = DatumGetTextPCopy(SPI_getbinval(row, desc, 2, &isnull));
-		candidates[i].key = DatumGetTextPCopy(SPI_getbinval(row, desc, 3, &isnull));
-		candidates[i].attempts = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
-		candidates[i].attempt_base = DatumGetInt32(SPI_getbinval(row, desc, 5, &isnull));
-		Datum route = SPI_getbinval(row, desc, 6, &isnull);
-		candidates[i].routed = records_distributed();
-		candidates[i].route = isnull ? 0 : DatumGetInt64(route);
+		names[i] = DatumGetTextPCopy(
+		    SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+	}
+
+	// Each scope's candidates, oldest lease first.
+	const char *claims_signature =
+	    records_distributed() ? "reconcile:claims:routed" : "reconcile:claims";
+	Statement *claims =
+	    statement_lookup(claims_signature, strlen(claims_signature), objects.records);
+	if (!statement_ready(claims)) {
+		Oid types[] = {TEXTOID, INT4OID};
+		statement_prepare(claims,
+		                  psprintf("SELECT r.key_id, r.scope, r.key, r.attempts, r.attempt_base, "
+		                           "r.route FROM %s r "
+		                           "WHERE r.status OPERATOR(pg_catalog.=) 'in_progress' "
+		                           "AND r.lease_expires_at OPERATOR(pg_catalog.<=) "
+		                           "pg_catalog.clock_timestamp() "
+		                           "AND r.scope COLLATE pg_catalog.\"C\" OPERATOR(pg_catalog.=) $1 "
+		                           "ORDER BY r.lease_expires_at LIMIT $2",
+		                           objects.records_name),
+		                  2, types);
+	}
+	Candidate **per_scope = static_cast<Candidate **>(palloc0(sizeof(Candidate *) * (nscopes + 1)));
+	int *counts = static_cast<int *>(palloc0(sizeof(int) * (nscopes + 1)));
+	for (int s = 0; s < nscopes; s++) {
+		Datum values[] = {PointerGetDatum(names[s]), Int32GetDatum(max_rows)};
+		if (SPI_execute_plan(claims->plan, values, NULL, true, 0) != SPI_OK_SELECT)
+			elog(ERROR, "pg_idem: reconciliation query failed");
+		counts[s] = int(SPI_processed);
+		per_scope[s] = static_cast<Candidate *>(palloc0(sizeof(Candidate) * (counts[s] + 1)));
+		for (int i = 0; i < counts[s]; i++) {
+			HeapTuple row = SPI_tuptable->vals[i];
+			TupleDesc desc = SPI_tuptable->tupdesc;
+			Candidate &c = per_scope[s][i];
+			bool isnull;
+			c.id = DatumGetByteaPCopy(SPI_getbinval(row, desc, 1, &isnull));
+			c.scope = DatumGetTextPCopy(SPI_getbinval(row, desc, 2, &isnull));
+			c.key = DatumGetTextPCopy(SPI_getbinval(row, desc, 3, &isnull));
+			c.attempts = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
+			c.attempt_base = DatumGetInt32(SPI_getbinval(row, desc, 5, &isnull));
+			Datum route = SPI_getbinval(row, desc, 6, &isnull);
+			c.routed = records_distributed();
+			c.route = isnull ? 0 : DatumGetInt64(route);
+		}
+	}
+
+	// The scopes in turn: every scope's first claim, then every second one...
+	Candidate *candidates = static_cast<Candidate *>(palloc0(sizeof(Candidate) * (max_rows + 1)));
+	*n = 0;
+	for (int turn = 0; *n < max_rows; turn++) {
+		bool any = false;
+		for (int s = 0; s < nscopes && *n < max_rows; s++) {
+			if (turn < counts[s]) {
+				candidates[(*n)++] = per_scope[s][turn];
+				any = true;
+			}
+		}
+		if (!any)
+			break;
 	}
 	return candidates;
 }
@@ -274,19 +329,23 @@ bool reconciler_still_usable(const Candidate &c, const ScopeSettings &settings)
 // The candidate as a record reference, for statements routed to its shard.
 RecordRef record_of(const Candidate &c)
 {
-	return RecordRef{c.scope, c.key, c.id, true, c.route};
+	return RecordRef{c.scope, c.key, c.id, c.routed, c.route};
 }
 
-// On distributed records: locks the candidate in its shard, if it is still
-// the claim the search saw and no one holds it (SKIP LOCKED, as the search
-// on one node), and reads its own ttl. False: leave it.
-bool lock_routed(Candidate &c)
+// Locks the candidate (in its shard, on distributed records) if it is still
+// the claim the search saw and no one holds it: SKIP LOCKED, so that
+// concurrent reconcilers and late completions never wait on each other for
+// long. Reads its own ttl. False: leave it. Each claim is locked only when
+// its turn comes, so that a slow function does not hold the locks of claims
+// whose turn has not come (those already settled stay locked until the
+// transaction ends).
+bool lock_candidate(Candidate &c)
 {
 	Oid types[] = {BYTEAOID, INT4OID};
 	RecordStatement lock = record_statement(
 	    "reconcile:lock",
-	    "SELECT ttl FROM %s WHERE %s AND status OPERATOR(pg_catalog.=) 'in_progress' "
-	    "AND attempts OPERATOR(pg_catalog.=) $2 "
+	    "SELECT ttl FROM %s WHERE %s AND status::pg_catalog.text OPERATOR(pg_catalog.=) "
+	    "'in_progress' AND attempts OPERATOR(pg_catalog.=) $2 "
 	    "AND lease_expires_at OPERATOR(pg_catalog.<=) pg_catalog.clock_timestamp() "
 	    "FOR UPDATE SKIP LOCKED",
 	    2, types);
@@ -303,7 +362,7 @@ bool lock_routed(Candidate &c)
 
 // settle's update on distributed records: routed to the claim's shard, the
 // expiry computed here (Citus runs no STABLE function of a column in an
-// UPDATE), under the row lock of lock_routed.
+// UPDATE), under the row lock of lock_candidate.
 uint64 settle_routed(const ExtensionObjects &objects, const Candidate &c, Oid status,
                      TimestampTz now, const Interval *scope_ttl)
 {
@@ -355,7 +414,7 @@ ReconcileOutcome settle(const ExtensionObjects &objects, Statement *update, Cand
 		cache_own_change_end(own);
 		updated = SPI_processed;
 	}
-	// Under the row lock of the select, the fenced update always matches;
+	// Under the row lock of lock_candidate, the fenced update always matches;
 	// should it not, nothing was settled.
 	c.settled = updated == 1;
 	if (!c.settled)
@@ -428,7 +487,7 @@ int reconcile_expired_leases(const text *scope, int max_rows, Oid caller, Reconc
 	int reported = 0;
 	for (int i = 0; i < n; i++) {
 		Candidate &c = candidates[i];
-		if (c.routed && !lock_routed(c))
+		if (!lock_candidate(c))
 			continue; // settled, renewed or held since the search
 		ScopeSettings settings = scope_settings(c.scope);
 		ReconcileOutcome outcome = ReconcileOutcome::no_reconciler;

@@ -18,7 +18,8 @@ enum class ReconcileOutcome {
 // The outcome as idem_reconcile's `outcome` column spells it.
 const char *reconcile_outcome_name(ReconcileOutcome outcome);
 
-// One claim looked at, in the order they were settled (oldest lease first).
+// One claim looked at, in the order they were settled (the scopes in turn,
+// each scope's oldest lease first).
 struct Reconciled {
 	text *scope;
 	text *key;

@@ -22,6 +22,7 @@ extern "C" {
 #include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/backend_status.h"
+#include "utils/guc.h"
 
 #if PG_VERSION_NUM >= 160000
 #include "varatt.h"
@@ -94,6 +95,19 @@ inline LocalTransactionId my_local_transaction_id()
 	return MyProc->vxid.lxid;
 #else
 	return MyProc->lxid;
+#endif
+}
+
+// [17] transaction_timeout ends any transaction that runs longer with FATAL,
+// in every process with a database connection, background workers
+// included, taking its value from postgresql.conf and the database's and
+// role's settings. Autovacuum switches it off for its own transactions, so
+// that a setting meant for clients cannot stop maintenance; this does the
+// same for the calling process. Before 17 there is no such timeout.
+inline void switch_off_transaction_timeout()
+{
+#if PG_VERSION_NUM >= 170000
+	SetConfigOption("transaction_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 #endif
 }
 

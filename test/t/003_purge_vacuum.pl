@@ -126,6 +126,35 @@ ok(poll('SELECT vacuum_count > ' . $before . ' FROM pg_stat_user_tables
 	WHERE relname = \'idem_records\''),
 	'vacuumed again once the table allows it');
 
+note 'a transaction_timeout meant for clients does not end the worker';
+SKIP:
+{
+	skip 'transaction_timeout is new in PostgreSQL 17', 3
+	  if $node->pg_version < 17;
+	# Every session started after the reload has it, but this test's own.
+	local $ENV{PGOPTIONS} = '-c transaction_timeout=0';
+	sql(q{ALTER SYSTEM SET transaction_timeout = '100ms'});
+	# The worker's vacuum, slowed down to a few milliseconds a page, takes
+	# longer than that.
+	IdemTap::set_guc($node, 'vacuum_cost_limit', '10');
+	set_guc_and_wait('vacuum_cost_delay', '1ms');
+	my $worker = sql(q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idem purge'});
+	my $before = vacuums();
+	churn(20000);
+	ok( poll(
+			"SELECT vacuum_count > $before FROM pg_stat_user_tables
+			 WHERE relname = 'idem_records'"),
+		'the worker vacuumed idem_records for longer than transaction_timeout');
+	is(sql(q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idem purge'}),
+		$worker, 'the same worker runs');
+	ok(!(slurp_file($node->logfile) =~ /transaction timeout/),
+		'no transaction timeout in the server log');
+	sql('ALTER SYSTEM RESET transaction_timeout');
+	sql('ALTER SYSTEM RESET vacuum_cost_limit');
+	sql('ALTER SYSTEM RESET vacuum_cost_delay');
+	sql('SELECT pg_reload_conf()');
+}
+
 ok(!(slurp_file($node->logfile) =~ /terminated by signal|TRAP|PANIC/),
 	'no crash in the server log');
 $node->stop;

@@ -45,6 +45,7 @@ extern "C" {
 PGDLLEXPORT void idem_purge_worker_main(Datum arg);
 }
 
+#include "pg/compat.hpp"
 #include "pg/guard.hpp"
 #include "pg/purge/purge.hpp"
 #include "pg/purge/purge_status.hpp"
@@ -242,6 +243,10 @@ static void run_purge_worker()
 	// worker's commits need not wait for their WAL flush, and on a
 	// commit-bound server they no longer queue with the consumers' commits.
 	SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+	// A vacuum of idem_records, or a batch that reconciles slow leases, may
+	// outlast a transaction_timeout meant for clients; ending the worker
+	// with FATAL would only restart it into the same round, every time.
+	idem::compat::switch_off_transaction_timeout();
 	idem::compress_own_wal();
 	pgstat_report_appname("pg_idem purge");
 	idem::purge_status_attach(MyDatabaseId, MyProcPid);

@@ -134,10 +134,9 @@ SKIP:
 	# Every session started after the reload has it, but this test's own.
 	local $ENV{PGOPTIONS} = '-c transaction_timeout=0';
 	sql(q{ALTER SYSTEM SET transaction_timeout = '100ms'});
-	# The worker's vacuum, slowed down to a few milliseconds a page, takes
-	# longer than that.
-	IdemTap::set_guc($node, 'vacuum_cost_limit', '10');
-	set_guc_and_wait('vacuum_cost_delay', '1ms');
+	# The worker's vacuum, throttled as autovacuum's (a few milliseconds a
+	# page with this limit), takes longer than that.
+	set_guc_and_wait('autovacuum_vacuum_cost_limit', '10');
 	my $worker = sql(q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idem purge'});
 	my $before = vacuums();
 	churn(20000);
@@ -150,8 +149,7 @@ SKIP:
 	ok(!(slurp_file($node->logfile) =~ /transaction timeout/),
 		'no transaction timeout in the server log');
 	sql('ALTER SYSTEM RESET transaction_timeout');
-	sql('ALTER SYSTEM RESET vacuum_cost_limit');
-	sql('ALTER SYSTEM RESET vacuum_cost_delay');
+	sql('ALTER SYSTEM RESET autovacuum_vacuum_cost_limit');
 	sql('SELECT pg_reload_conf()');
 }
 

@@ -18,11 +18,13 @@ extern "C" {
 #include "executor/executor.h"
 #include "miscadmin.h"
 #include "pgstat.h"
+#include "postmaster/autovacuum.h"
 #include "storage/bufmgr.h"
 #include "storage/proc.h"
 #include "utils/acl.h"
 #include "utils/backend_status.h"
 #include "utils/guc.h"
+#include "utils/rel.h"
 
 #if PG_VERSION_NUM >= 160000
 #include "varatt.h"
@@ -109,6 +111,23 @@ inline void switch_off_transaction_timeout()
 #if PG_VERSION_NUM >= 170000
 	SetConfigOption("transaction_timeout", "0", PGC_SUSET, PGC_S_OVERRIDE);
 #endif
+}
+
+// [18] Autovacuum caps a table's vacuum threshold (base threshold + scale
+// factor x reltuples) at autovacuum_vacuum_max_threshold, or at the table's
+// reloption of that name (-1: no cap; unset: -2). `threshold` capped so for
+// a table with reloptions `opts` (NULL: none); before 18, as it is.
+inline double autovacuum_capped_threshold(double threshold, const AutoVacOpts *opts)
+{
+#if PG_VERSION_NUM >= 180000
+	int max = opts && opts->vacuum_max_threshold >= -1 ? opts->vacuum_max_threshold
+	                                                   : autovacuum_vac_max_thresh;
+	if (max >= 0 && threshold > max)
+		return max;
+#else
+	(void)opts;
+#endif
+	return threshold;
 }
 
 // [16] PgStat_StatTabEntry.n_dead_tuples was renamed dead_tuples.

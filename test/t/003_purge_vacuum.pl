@@ -126,6 +126,24 @@ ok(poll('SELECT vacuum_count > ' . $before . ' FROM pg_stat_user_tables
 	WHERE relname = \'idem_records\''),
 	'vacuumed again once the table allows it');
 
+note 'autovacuum_vacuum_max_threshold caps the threshold, as for autovacuum';
+SKIP:
+{
+	skip 'autovacuum_vacuum_max_threshold is new in PostgreSQL 18', 1
+	  if $node->pg_version < 18;
+	# A base threshold of 100,000 dead tuples, capped at 500.
+	sql(q{ALTER TABLE idem_records SET (autovacuum_vacuum_threshold = 100000,
+		  autovacuum_vacuum_max_threshold = 500)});
+	my $before = vacuums();
+	churn(1000);
+	ok( poll(
+			"SELECT vacuum_count > $before FROM pg_stat_user_tables
+			 WHERE relname = 'idem_records'"),
+		'the worker vacuumed after 1,000 dead tuples, over the cap');
+	sql(q{ALTER TABLE idem_records RESET (autovacuum_vacuum_threshold,
+		  autovacuum_vacuum_max_threshold)});
+}
+
 note 'a transaction_timeout meant for clients does not end the worker';
 SKIP:
 {

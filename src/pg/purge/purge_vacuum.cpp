@@ -6,7 +6,8 @@
 // TTL of a few minutes the table then grows by a minute of inserts before
 // every reuse. So after each round the worker applies autovacuum's own test
 // (dead tuples > vacuum threshold + scale factor x reltuples, from the
-// table's reloptions or else the autovacuum GUCs) and, when it passes, runs
+// table's reloptions or else the autovacuum GUCs, capped from PostgreSQL 18
+// on at autovacuum_vacuum_max_threshold) and, when it passes, runs
 // the same lazy VACUUM autovacuum would run:
 //   - SKIP_LOCKED: if autovacuum (or anyone) is vacuuming it, skip;
 //   - no truncation: truncating takes an ACCESS EXCLUSIVE lock, which would
@@ -77,7 +78,9 @@ VacuumPlan plan_vacuum()
 	double scale =
 	    opts && opts->vacuum_scale_factor >= 0 ? opts->vacuum_scale_factor : autovacuum_vac_scale;
 	PgStat_StatTabEntry *stats = pgstat_fetch_stat_tabentry(plan.records);
-	plan.due = stats && double(compat::dead_tuples(stats)) > threshold + scale * reltuples;
+	plan.due =
+	    stats && double(compat::dead_tuples(stats)) >
+	                 compat::autovacuum_capped_threshold(threshold + scale * reltuples, opts);
 
 	plan.cost_delay = opts && opts->vacuum_cost_delay >= 0 ? opts->vacuum_cost_delay
 	                  : autovacuum_vac_cost_delay >= 0     ? autovacuum_vac_cost_delay

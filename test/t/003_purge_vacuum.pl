@@ -36,6 +36,15 @@ sub vacuums
 		  WHERE relname = 'idem_records'});
 }
 
+# Waits until the worker vacuumed idem_records more than $before times.
+sub vacuumed_since
+{
+	my ($before) = @_;
+	return poll(
+		"SELECT vacuum_count > $before FROM pg_stat_user_tables
+		 WHERE relname = 'idem_records'");
+}
+
 sub heap_pages
 {
 	return sql(q{SELECT pg_relation_size('idem_records') / 8192});
@@ -136,9 +145,7 @@ SKIP:
 		  autovacuum_vacuum_max_threshold = 500)});
 	my $before = vacuums();
 	churn(1000);
-	ok( poll(
-			"SELECT vacuum_count > $before FROM pg_stat_user_tables
-			 WHERE relname = 'idem_records'"),
+	ok(vacuumed_since($before),
 		'the worker vacuumed after 1,000 dead tuples, over the cap');
 	sql(q{ALTER TABLE idem_records RESET (autovacuum_vacuum_threshold,
 		  autovacuum_vacuum_max_threshold)});
@@ -158,9 +165,7 @@ SKIP:
 	my $worker = sql(q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idem purge'});
 	my $before = vacuums();
 	churn(20000);
-	ok( poll(
-			"SELECT vacuum_count > $before FROM pg_stat_user_tables
-			 WHERE relname = 'idem_records'"),
+	ok(vacuumed_since($before),
 		'the worker vacuumed idem_records for longer than transaction_timeout');
 	is(sql(q{SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_idem purge'}),
 		$worker, 'the same worker runs');

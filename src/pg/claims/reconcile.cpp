@@ -64,6 +64,7 @@ extern "C" {
 #include "pg/settings.hpp"
 #include "pg/stats/stats.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace idem
@@ -245,11 +246,13 @@ Candidate *select_candidates(const ExtensionObjects &objects, const text *scope,
 	}
 	Candidate **per_scope = static_cast<Candidate **>(palloc0(sizeof(Candidate *) * (nscopes + 1)));
 	int *counts = static_cast<int *>(palloc0(sizeof(int) * (nscopes + 1)));
+	int found = 0; // at most max_rows from each scope
 	for (int s = 0; s < nscopes; s++) {
 		Datum values[] = {PointerGetDatum(names[s]), Int32GetDatum(max_rows)};
 		if (SPI_execute_plan(claims->plan, values, NULL, true, 0) != SPI_OK_SELECT)
 			elog(ERROR, "pg_idem: reconciliation query failed");
 		counts[s] = int(SPI_processed);
+		found = int(std::min<int64>(int64(found) + counts[s], max_rows));
 		per_scope[s] = static_cast<Candidate *>(palloc0(sizeof(Candidate) * (counts[s] + 1)));
 		for (int i = 0; i < counts[s]; i++) {
 			HeapTuple row = SPI_tuptable->vals[i];
@@ -268,11 +271,11 @@ Candidate *select_candidates(const ExtensionObjects &objects, const text *scope,
 	}
 
 	// The scopes in turn: every scope's first claim, then every second one...
-	Candidate *candidates = static_cast<Candidate *>(palloc0(sizeof(Candidate) * (max_rows + 1)));
+	Candidate *candidates = static_cast<Candidate *>(palloc0(sizeof(Candidate) * (found + 1)));
 	*n = 0;
-	for (int turn = 0; *n < max_rows; turn++) {
+	for (int turn = 0; *n < found; turn++) {
 		bool any = false;
-		for (int s = 0; s < nscopes && *n < max_rows; s++) {
+		for (int s = 0; s < nscopes && *n < found; s++) {
 			if (turn < counts[s]) {
 				candidates[(*n)++] = per_scope[s][turn];
 				any = true;

@@ -186,16 +186,11 @@ bool ask_reconciler_in_subtransaction(Oid reconciler, Oid role, const Candidate 
 	return happened;
 }
 
-// The claims to look at: in progress with an expired lease, of `scope` (or
-// any) among the scopes `caller` may use, and only in scopes with a
-// reconciliation function: claims nothing can settle must not take the
-// places of those that can. Up to max_rows, taken from the scopes in turn
-// (each scope's oldest lease first), so that one scope's many stuck claims,
-// which its function may never settle, cannot keep other scopes' claims
-// from their turn. Nothing is locked yet (lock_candidate). Copied out of
-// SPI before any reconciliation function runs SPI.
-Candidate *select_candidates(const ExtensionObjects &objects, const text *scope, int max_rows,
-                             Oid caller, int *n)
+// The scopes whose claims reconciliation may look at: `scope` (or every
+// one) among those `caller` may use, and only those with a reconciliation
+// function: claims nothing can settle must not take the places of those
+// that can. Copied out of SPI.
+text **reconcilable_scopes(const ExtensionObjects &objects, const text *scope, Oid caller, int *n)
 {
 	// Two statements: one for every scope (also on 0.2's SQL, which has no
 	// grants), one that keeps to the caller's ($2).
@@ -214,23 +209,27 @@ Candidate *select_candidates(const ExtensionObjects &objects, const text *scope,
 		                                    objects.schema_name)),
 		    every_scope ? 1 : 2, types);
 	}
-	Datum scope_values[] = {PointerGetDatum(scope), ObjectIdGetDatum(caller)};
-	char scope_nulls[] = {scope == NULL ? 'n' : ' ', ' '};
-	if (SPI_execute_plan(scopes->plan, scope_values, scope_nulls, true, 0) != SPI_OK_SELECT)
+	Datum values[] = {PointerGetDatum(scope), ObjectIdGetDatum(caller)};
+	char nulls[] = {scope == NULL ? 'n' : ' ', ' '};
+	if (SPI_execute_plan(scopes->plan, values, nulls, true, 0) != SPI_OK_SELECT)
 		elog(ERROR, "pg_idem: reconciliation query failed");
-	int nscopes = int(SPI_processed);
-	text **names = static_cast<text **>(palloc(sizeof(text *) * (nscopes + 1)));
-	for (int i = 0; i < nscopes; i++) {
+	*n = int(SPI_processed);
+	text **names = static_cast<text **>(palloc(sizeof(text *) * (*n + 1)));
+	for (int i = 0; i < *n; i++) {
 		bool isnull;
 		names[i] = DatumGetTextPCopy(
 		    SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
 	}
+	return names;
+}
 
-	// Each scope's candidates, oldest lease first.
-	const char *claims_signature =
-	    records_distributed() ? "reconcile:claims:routed" : "reconcile:claims";
-	Statement *claims =
-	    statement_lookup(claims_signature, strlen(claims_signature), objects.records);
+// Up to max_rows claims of `scope` in progress with an expired lease,
+// oldest lease first. Nothing is locked yet (lock_candidate). Copied out of
+// SPI before any reconciliation function runs SPI.
+Candidate *expired_claims(const ExtensionObjects &objects, text *scope, int max_rows, int *n)
+{
+	const char *signature = records_distributed() ? "reconcile:claims:routed" : "reconcile:claims";
+	Statement *claims = statement_lookup(signature, strlen(signature), objects.records);
 	if (!statement_ready(claims)) {
 		Oid types[] = {TEXTOID, INT4OID};
 		statement_prepare(claims,
@@ -244,46 +243,52 @@ Candidate *select_candidates(const ExtensionObjects &objects, const text *scope,
 		                           objects.records_name),
 		                  2, types);
 	}
+	Datum values[] = {PointerGetDatum(scope), Int32GetDatum(max_rows)};
+	if (SPI_execute_plan(claims->plan, values, NULL, true, 0) != SPI_OK_SELECT)
+		elog(ERROR, "pg_idem: reconciliation query failed");
+	*n = int(SPI_processed);
+	Candidate *found = static_cast<Candidate *>(palloc0(sizeof(Candidate) * (*n + 1)));
+	for (int i = 0; i < *n; i++) {
+		HeapTuple row = SPI_tuptable->vals[i];
+		TupleDesc desc = SPI_tuptable->tupdesc;
+		Candidate &c = found[i];
+		bool isnull;
+		c.id = DatumGetByteaPCopy(SPI_getbinval(row, desc, 1, &isnull));
+		c.scope = DatumGetTextPCopy(SPI_getbinval(row, desc, 2, &isnull));
+		c.key = DatumGetTextPCopy(SPI_getbinval(row, desc, 3, &isnull));
+		c.attempts = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
+		c.attempt_base = DatumGetInt32(SPI_getbinval(row, desc, 5, &isnull));
+		Datum route = SPI_getbinval(row, desc, 6, &isnull);
+		c.routed = records_distributed();
+		c.route = isnull ? 0 : DatumGetInt64(route);
+	}
+	return found;
+}
+
+// The claims to look at: the expired claims of the reconcilable scopes, up
+// to max_rows, taken from the scopes in turn (every scope's oldest claim,
+// then every scope's second oldest...), so that one scope's many stuck
+// claims, which its function may never settle, cannot keep other scopes'
+// claims from their turn.
+Candidate *select_candidates(const ExtensionObjects &objects, const text *scope, int max_rows,
+                             Oid caller, int *n)
+{
+	int nscopes;
+	text **scopes = reconcilable_scopes(objects, scope, caller, &nscopes);
 	Candidate **per_scope = static_cast<Candidate **>(palloc0(sizeof(Candidate *) * (nscopes + 1)));
 	int *counts = static_cast<int *>(palloc0(sizeof(int) * (nscopes + 1)));
-	int found = 0; // at most max_rows from each scope
+	int64 total = 0;
 	for (int s = 0; s < nscopes; s++) {
-		Datum values[] = {PointerGetDatum(names[s]), Int32GetDatum(max_rows)};
-		if (SPI_execute_plan(claims->plan, values, NULL, true, 0) != SPI_OK_SELECT)
-			elog(ERROR, "pg_idem: reconciliation query failed");
-		counts[s] = int(SPI_processed);
-		found = int(std::min<int64>(int64(found) + counts[s], max_rows));
-		per_scope[s] = static_cast<Candidate *>(palloc0(sizeof(Candidate) * (counts[s] + 1)));
-		for (int i = 0; i < counts[s]; i++) {
-			HeapTuple row = SPI_tuptable->vals[i];
-			TupleDesc desc = SPI_tuptable->tupdesc;
-			Candidate &c = per_scope[s][i];
-			bool isnull;
-			c.id = DatumGetByteaPCopy(SPI_getbinval(row, desc, 1, &isnull));
-			c.scope = DatumGetTextPCopy(SPI_getbinval(row, desc, 2, &isnull));
-			c.key = DatumGetTextPCopy(SPI_getbinval(row, desc, 3, &isnull));
-			c.attempts = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
-			c.attempt_base = DatumGetInt32(SPI_getbinval(row, desc, 5, &isnull));
-			Datum route = SPI_getbinval(row, desc, 6, &isnull);
-			c.routed = records_distributed();
-			c.route = isnull ? 0 : DatumGetInt64(route);
-		}
+		per_scope[s] = expired_claims(objects, scopes[s], max_rows, &counts[s]);
+		total += counts[s];
 	}
-
-	// The scopes in turn: every scope's first claim, then every second one...
-	Candidate *candidates = static_cast<Candidate *>(palloc0(sizeof(Candidate) * (found + 1)));
+	int taken = int(std::min<int64>(total, max_rows));
+	Candidate *candidates = static_cast<Candidate *>(palloc0(sizeof(Candidate) * (taken + 1)));
 	*n = 0;
-	for (int turn = 0; *n < found; turn++) {
-		bool any = false;
-		for (int s = 0; s < nscopes && *n < found; s++) {
-			if (turn < counts[s]) {
+	for (int turn = 0; *n < taken; turn++)
+		for (int s = 0; s < nscopes && *n < taken; s++)
+			if (turn < counts[s])
 				candidates[(*n)++] = per_scope[s][turn];
-				any = true;
-			}
-		}
-		if (!any)
-			break;
-	}
 	return candidates;
 }
 

@@ -68,6 +68,32 @@ CREATE TABLE public.consumed (
     PRIMARY KEY (scope, key));
 CREATE TABLE public.consumed_log (LIKE public.consumed INCLUDING ALL);
 
+-- A copy of idem_records' format (its columns, primary key and indexes, no
+-- triggers), into which raw_rec_new, cte_rec and hand_rec_100 write by hand
+-- the row idem_try_insert writes for a new key. Against them pg_idem's own
+-- work shows apart from what its record's format costs; against consumed
+-- and points_log, the format's cost shows.
+CREATE TABLE public.records_copy (LIKE public.idem_records INCLUDING ALL);
+
+-- The key id idem_try_insert computes for a (scope, key) of at most 64
+-- bytes in all (src/core/record_key.hpp): 0x00, the scope's length in
+-- bytes, the scope, the key. STABLE, as convert_to is, so that it is
+-- inlined into the statement (IMMUTABLE would make it a call of its own).
+CREATE FUNCTION bench.key_id(scope text, key text) RETURNS bytea
+LANGUAGE sql STABLE STRICT AS $$
+    SELECT '\x00'::bytea || set_byte('\x00'::bytea, 0, octet_length(scope))
+           || convert_to(scope || key, 'UTF8') $$;
+
+-- Pattern ver_fn: the hand-written optimistic UPDATE in the cheapest
+-- function a user would write for it, answering whether it applied: what
+-- calling any function costs next to running the UPDATE as a statement.
+CREATE FUNCTION bench.ver_update(u int, ev bigint, np bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE users SET points = np, version = version + 1 WHERE id = u AND version = ev;
+    RETURN FOUND;
+END $$;
+
 -- A pattern's own schema; its scripts run with search_path = <schema>, public.
 -- Every schema has the same tables, so every pattern starts from the same
 -- state: 10,000 users with 0 points at version 0, and an empty points_log.
@@ -103,6 +129,9 @@ BEGIN
         RETURN QUERY SELECT c.key::bigint FROM public.consumed_log c WHERE c.scope = $3;
     WHEN 'idem' THEN
         RETURN QUERY SELECT r.key::bigint FROM public.idem_records r
+                     WHERE r.scope = $3 AND r.status = 'completed';
+    WHEN 'reccopy' THEN
+        RETURN QUERY SELECT r.key::bigint FROM public.records_copy r
                      WHERE r.scope = $3 AND r.status = 'completed';
     WHEN 'plclaim' THEN
         RETURN QUERY SELECT c.key::bigint FROM public.pl_claims c
@@ -155,6 +184,7 @@ BEGIN
         -- The dedup patterns without a balance: how many keys they recorded.
         SELECT (SELECT count(*) FROM public.consumed c WHERE c.scope = $3)
              + (SELECT count(*) FROM public.idem_records r WHERE r.scope = $3)
+             + (SELECT count(*) FROM public.records_copy r WHERE r.scope = $3)
         INTO processed;
         applied := processed;
         RETURN;
@@ -254,6 +284,48 @@ BEGIN
     UPDATE public.pl_claims
     SET status = 'completed', result = p_result, lease_expires_at = NULL, token = NULL
     WHERE scope = p_scope AND key = p_key AND token = p_token
+      AND status = 'in_progress';
+    RETURN FOUND;
+END $$;
+
+-- Pattern pl_claim_rec: the same protocol writing the rows idem_begin and
+-- idem_complete write (holder, token, lease; at completion a new expiry)
+-- into the copy of idem_records' format (public.records_copy, with its
+-- partial index of claims in flight), so that against idem_claim pg_idem's
+-- work shows apart from its format's cost.
+CREATE FUNCTION bench.pl_begin_rec(p_scope text, p_key text,
+                                   OUT acquired boolean, OUT attempt integer, OUT token uuid)
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO public.records_copy AS c (key_id, scope, key, status, attempts, recorded_at,
+                                          expires_at, lease_expires_at, holder_pid,
+                                          holder_started_at, claim_token)
+    VALUES (bench.key_id(p_scope, p_key), p_scope, p_key, 'in_progress', 1, now(),
+            now() + interval '7 days', clock_timestamp() + interval '5 minutes',
+            pg_backend_pid(), now(), gen_random_uuid())
+    ON CONFLICT (key_id) DO UPDATE
+        SET attempts = c.attempts + 1, claim_token = EXCLUDED.claim_token,
+            lease_expires_at = EXCLUDED.lease_expires_at, holder_pid = EXCLUDED.holder_pid,
+            holder_started_at = EXCLUDED.holder_started_at
+        WHERE c.status = 'in_progress' AND c.lease_expires_at < clock_timestamp()
+    RETURNING true, c.attempts, c.claim_token INTO acquired, attempt, token;
+    IF NOT FOUND THEN
+        acquired := false;
+        attempt := 0;
+        token := NULL;
+    END IF;
+END $$;
+
+CREATE FUNCTION bench.pl_complete_rec(p_scope text, p_key text, p_token uuid,
+                                      p_result jsonb DEFAULT NULL)
+RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE public.records_copy
+    SET status = 'completed', result = p_result, recorded_at = now(),
+        expires_at = now() + interval '7 days', lease_expires_at = NULL, holder_pid = NULL,
+        holder_started_at = NULL, claim_token = NULL
+    WHERE key_id = bench.key_id(p_scope, p_key) AND claim_token = p_token
       AND status = 'in_progress';
     RETURN FOUND;
 END $$;

@@ -267,13 +267,34 @@ SET pg_idem.reconcile_timeout = '200ms';
 SELECT clock_timestamp() AS before \gset
 SELECT * FROM idem_reconcile() ORDER BY scope;
 SELECT clock_timestamp() - :'before' < interval '10 seconds' AS did_not_wait;
+SELECT scope, key, status FROM idem_records ORDER BY scope;
+DELETE FROM idem_records;
+-- A function that calls idem_reconcile itself, then sleeps, is held to the
+-- limit all the same: the nested round runs within the outer call's limit
+-- and does not end it.
+CREATE FUNCTION nesting_api(scope text, key text) RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF current_setting('regress.nested', true) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config('regress.nested', 'on', true);
+    PERFORM count(*) FROM idem_reconcile(scope);
+    PERFORM pg_sleep(30);
+    RETURN true;
+END $$;
+SELECT scope FROM idem_configure('a-slow', reconcile_function => 'nesting_api(text,text)');
+SELECT status FROM idem_begin('a-slow', 'n', lease => '1 microsecond');
+SELECT status FROM idem_begin('b-quick', 'c-1', lease => '1 microsecond');
+SELECT clock_timestamp() AS before \gset
+SELECT * FROM idem_reconcile() ORDER BY scope;
+SELECT clock_timestamp() - :'before' < interval '10 seconds' AS did_not_wait;
 RESET pg_idem.reconcile_timeout;
 SELECT scope, key, status FROM idem_records ORDER BY scope;
 -- Only a superuser sets the limit.
 SET ROLE regress_idem_stranger;
 SET pg_idem.reconcile_timeout = 0;
 RESET ROLE;
-DROP FUNCTION never_knows(text, text), slow_api(text, text);
+DROP FUNCTION never_knows(text, text), slow_api(text, text), nesting_api(text, text);
 DELETE FROM idem_records;
 DELETE FROM idem_scopes;
 DELETE FROM idem_scope_grants;

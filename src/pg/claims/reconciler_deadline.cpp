@@ -21,6 +21,11 @@ namespace
 TimeoutId deadline = MAX_TIMEOUTS; // registered on first use
 bool armed = false;
 volatile sig_atomic_t passed = false;
+// Calls in progress: a reconciliation function may itself call
+// idem_reconcile, whose calls run within the outermost call's limit (a
+// nested start that armed a fresh limit, and its end that disarmed it, would
+// let the outer function run on without one).
+int depth = 0;
 
 // In the timeout signal handler: what a statement cancel does.
 void on_deadline()
@@ -35,6 +40,8 @@ void on_deadline()
 
 void reconciler_deadline_start()
 {
+	if (depth++ > 0)
+		return;
 	passed = false;
 	armed = reconcile_timeout_ms > 0;
 	if (!armed)
@@ -46,6 +53,8 @@ void reconciler_deadline_start()
 
 bool reconciler_deadline_end()
 {
+	if (--depth > 0)
+		return false; // the outermost call's limit, still running, is not this call's
 	if (armed)
 		disable_timeout(deadline, false);
 	armed = false;

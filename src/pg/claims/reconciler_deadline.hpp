@@ -14,12 +14,15 @@
 namespace idem
 {
 
-// Starts the limit for one call.
+// Starts the limit for one call; within a call already limited (the
+// function called idem_reconcile), the outer limit holds.
 void reconciler_deadline_start();
 
-// Ends it, after the call returned or raised an error. True if the limit
-// ran out during the call: its cancel, raised or still pending, was this
-// limit's (a pending one is withdrawn).
+// Ends it, after the call returned or raised an error; every start has its
+// end. True if the limit ran out during the outermost call: its cancel,
+// raised or still pending, was this limit's (a pending one is withdrawn).
+// A nested call's end returns false, so that the outer limit's cancel ends
+// the nested round and reaches the outer call.
 bool reconciler_deadline_end();
 
 } // namespace idem
